@@ -1,0 +1,25 @@
+"""redraft.engine: masked-diffusion infill, in process.
+
+Loads Hugging Face checkpoints of the known diffusion families (Dream / DiffuCoder,
+Open-dCoder, LLaDA) and redraft's own models into one Qwen2/LLaMA-style transformer, and
+fills masked spans between a prefix and a suffix by confidence-threshold parallel
+unmasking, with the context's keys/values cached. Causal checkpoints decode token by token
+through the same model.
+
+It takes strings or token ids and span lengths; it knows nothing of LSP, URIs, lines and
+columns, or tree-sitter.
+"""
+
+from .checkpoint import DEFAULT_MODEL, SHIPPED, pull, resolve
+from .config import EngineConfig, ModelConfig, SamplerConfig
+from .engine import Engine, InfillRequest
+from .errors import (Cancelled, CheckpointError, EngineError, InsufficientMemoryError, MissingFileError,
+                     ModelNotFoundError, NoMaskTokenError, ShapeMismatchError, UnknownModelTypeError)
+from .result import CancelFlag, Completion, Draft, Stats
+
+__all__ = [
+    "DEFAULT_MODEL", "SHIPPED", "pull", "resolve", "EngineConfig", "ModelConfig", "SamplerConfig", "Engine",
+    "InfillRequest", "Cancelled", "CheckpointError", "EngineError", "InsufficientMemoryError",
+    "MissingFileError", "ModelNotFoundError", "NoMaskTokenError", "ShapeMismatchError",
+    "UnknownModelTypeError", "CancelFlag", "Completion", "Draft", "Stats",
+]

@@ -1,0 +1,81 @@
+"""Token-by-token decoding for causal checkpoints (the autoregressive twin), with a KV cache.
+
+The span segment of the layout comes last for these models (fill-in-the-middle as
+prefix-suffix-middle), so infill is plain continuation: encode the context once (reusing
+an earlier request's keys/values where they match), then one forward per token. Rows of a
+batch advance in lockstep; a row stops at an end token, at its length, or when `stop`
+says its unit is complete.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from .batch import Batch, encode_context
+from .cache import ContextCache
+from .config import SamplerConfig
+from .errors import Cancelled
+from .model import DiffusionLM
+from .sampler import Denoised, choose
+
+
+def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: torch.Tensor, pad_id: int,
+           banned: list[int], first_allowed: dict[int, torch.Tensor], owners: list[int],
+           vocab_limit: int | None = None, reuse: ContextCache | None = None, cancel=None,
+           stop: Callable[[int, list[int]], bool] | None = None,
+           on_step: Callable[[int, Batch, torch.Tensor, torch.Tensor], None] | None = None) -> Denoised:
+    assert batch.span_at == 1, "causal decoding feeds the token before the span first"
+    gen = torch.Generator(device="cpu").manual_seed(scfg.seed) if scfg.temperature > 0 else None
+    t0 = time.perf_counter()
+    kv, reused = encode_context(model, batch, reuse, extra=batch.A)
+    encode_ms = (time.perf_counter() - t0) * 1000
+    t1 = time.perf_counter()
+
+    B, L = batch.B, batch.A - 1
+    x = batch.act_ids.clone()
+    lengths = batch.act_valid.sum(1) - 1
+    dev = x.device
+    conf = torch.ones(x.shape, dtype=torch.float32, device=dev)
+    logp = torch.zeros(x.shape, dtype=torch.float32, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    valid = torch.cat([batch.ctx_valid, torch.ones(B, batch.A, dtype=torch.bool, device=dev)], dim=1)
+    all_valid = bool(batch.ctx_valid.all())
+    steps = 0
+    for t in range(L):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        start = batch.C + t
+        hidden = model(x[:, t:t + 1], batch.act_pos[:, t:t + 1], kv, start=start,
+                       key_valid=None if all_valid else valid[:, :start + 1])
+        logits = model.logits(hidden[:, 0])
+        if vocab_limit is not None and vocab_limit < logits.shape[-1]:
+            logits[:, vocab_limit:] = float("-inf")
+        logits[:, banned] = float("-inf")
+        if t == 0:
+            for b in range(B):
+                allowed = first_allowed.get(owners[b])
+                if allowed is not None:
+                    keep = logits[b, allowed].clone()
+                    logits[b] = float("-inf")
+                    logits[b, allowed] = keep
+        c = choose(logits, scfg, gen)
+        steps += 1
+        tok = torch.where(done, torch.full_like(c.tokens, pad_id), c.tokens)
+        x[:, t + 1] = tok
+        conf[:, t + 1] = torch.where(done, torch.ones_like(c.prob), c.prob)
+        logp[:, t + 1] = torch.where(done, torch.zeros_like(c.logp), c.logp)
+        done |= torch.isin(tok, end_ids) | (lengths <= t + 1)
+        if stop is not None:
+            for b in range(B):
+                if not done[b] and stop(b, x[b, 1:t + 2].tolist()):
+                    done[b] = True
+        if on_step is not None:
+            on_step(steps, batch, x[:, : t + 2], done)
+        if bool(done.all()):
+            x[:, t + 2:] = pad_id
+            break
+    gen_ms = (time.perf_counter() - t1) * 1000
+    return Denoised(batch, x, conf, logp, steps, steps, encode_ms, gen_ms, reused, B)

@@ -1,0 +1,345 @@
+"""Reading Hugging Face checkpoint folders of every known family into the one model.
+
+Families (config.json `model_type`):
+  Dream / DiffuCoder / Dream-Coder / DreamOn  "Dream"   Qwen2 names, shifted, mask 151666
+  Open-dCoder                                 "qwen2"   Qwen2 names, shifted, mask from tokenizer
+  LLaDA                                       "llada"   OLMo names on a LLaMA block, not shifted, mask 126336
+  LLaMA-layout diffusion checkpoints          "llama"   LLaMA names, mask from config/tokenizer
+  redraft's own models                        "redraft" Qwen2 names + the keys in `_redraft_fields`
+
+Weights come from *.safetensors only (never pickle, never remote code). Renaming onto the
+one model happens here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .config import NATURAL_LAYOUT, ModelConfig
+from .errors import (CheckpointError, InsufficientMemoryError, MissingFileError,
+                     ModelNotFoundError, NoMaskTokenError, ShapeMismatchError,
+                     UnknownModelTypeError)
+from .model import DiffusionLM, Rotary
+from .tokenizer import Tokenizer
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "models"
+SHIPPED = ("redraft-diffusion", "redraft-ar")
+DEFAULT_MODEL = "redraft-diffusion"
+KNOWN_MASK_IDS = {"dream": 151666, "llada": 126336}
+END_TOKEN_NAMES = ("<|endoftext|>", "<|im_end|>", "<|dlm_pad|>", "<|eot_id|>", "<|end_of_text|>",
+                   "<|eos|>", "<|pad|>", "<eos>", "</s>", "<pad>")
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+# -- finding a checkpoint ----------------------------------------------------------------
+
+def resolve(path_or_name: str | os.PathLike) -> Path:
+    """A checkpoint folder from a path, a shipped model's name, or a pulled Hugging Face id."""
+    p = Path(path_or_name).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise MissingFileError(f"{p}: no config.json (not a checkpoint folder)")
+        return p
+    if p.is_file() and p.name == "config.json":
+        return p.parent
+    name = str(path_or_name)
+    if name in SHIPPED:
+        folder = SHIPPED_DIR / name
+        if (folder / "config.json").is_file():
+            return folder
+        raise ModelNotFoundError(f"the model {name!r} is not shipped in this build of redraft yet; "
+                                 f"pass --model PATH to a checkpoint folder")
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        try:
+            from huggingface_hub import snapshot_download
+            return Path(snapshot_download(name, local_files_only=True))
+        except Exception:
+            raise ModelNotFoundError(f"{name!r} is not downloaded; run `redraft pull {name}` first") from None
+    raise ModelNotFoundError(f"no checkpoint folder or known model named {name!r} "
+                             f"(shipped names: {', '.join(SHIPPED)})")
+
+
+def pull(repo_id: str) -> Path:
+    """Download a checkpoint's safetensors, config and tokenizer into the Hugging Face cache."""
+    from huggingface_hub import snapshot_download
+    return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+
+
+# -- config.json -> ModelConfig ------------------------------------------------------------
+
+def read_config(folder: Path, tokenizer: Tokenizer | None) -> ModelConfig:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise MissingFileError(f"{folder}: no config.json")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    kind = str(raw.get("model_type", "")).lower()
+    if kind == "dream":
+        fields = _qwen2_fields(raw, bias_default=True) | {"family": "dream", "shifted": True}
+    elif kind == "qwen2":
+        fields = _qwen2_fields(raw, bias_default=True) | {"family": "open-dcoder", "shifted": True}
+    elif kind == "llama":
+        fields = _qwen2_fields(raw, bias_default=False) | {
+            "family": "llama", "shifted": bool(raw.get("shifted", False))}
+    elif kind == "llada":
+        fields = _llada_fields(raw) | {"family": "llada", "shifted": False}
+    elif kind == "redraft":
+        fields = _qwen2_fields(raw, bias_default=False) | _redraft_fields(raw, tokenizer)
+    else:
+        raise UnknownModelTypeError(
+            f"{path}: unknown model_type {raw.get('model_type')!r} "
+            f"(known: Dream, qwen2, llama, llada, redraft)")
+    fields |= _special_ids(raw, tokenizer, fields)
+    try:
+        return ModelConfig(**fields)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _need(raw: dict, *keys: str):
+    for k in keys:
+        if k in raw and raw[k] is not None:
+            return raw[k]
+    raise CheckpointError(f"config.json lacks {keys[0]!r}")
+
+
+def _rope(raw: dict) -> tuple[float, tuple]:
+    params = raw.get("rope_parameters") or {}
+    theta = float(raw.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    scaling = raw.get("rope_scaling") or params
+    kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    items = () if kind == "default" else tuple(
+        sorted((k, v) for k, v in scaling.items() if isinstance(v, (int, float, str))))
+    return theta, items
+
+
+def _qwen2_fields(raw: dict, bias_default: bool) -> dict:
+    heads = int(_need(raw, "num_attention_heads"))
+    hidden = int(_need(raw, "hidden_size"))
+    theta, scaling = _rope(raw)
+    return dict(
+        vocab_size=int(_need(raw, "vocab_size")),
+        hidden_size=hidden,
+        intermediate_size=int(_need(raw, "intermediate_size")),
+        num_hidden_layers=int(_need(raw, "num_hidden_layers")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(raw.get("head_dim") or hidden // heads),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        max_position_embeddings=int(raw.get("max_position_embeddings", 32768)),
+        attention_bias=bool(raw.get("attention_bias", bias_default)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+    )
+
+
+def _llada_fields(raw: dict) -> dict:
+    for key, want in (("block_type", "llama"), ("activation_type", "silu"), ("layer_norm_type", "rms")):
+        if str(raw.get(key, want)).lower() != want:
+            raise CheckpointError(f"LLaDA config with {key}={raw.get(key)!r} is not supported (need {want!r})")
+    d = int(_need(raw, "d_model"))
+    heads = int(_need(raw, "n_heads"))
+    return dict(
+        vocab_size=int(raw.get("embedding_size") or _need(raw, "vocab_size")),
+        hidden_size=d,
+        intermediate_size=int(raw.get("mlp_hidden_size") or int(raw.get("mlp_ratio", 4)) * d),
+        num_hidden_layers=int(_need(raw, "n_layers")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(raw.get("n_kv_heads") or heads),
+        head_dim=d // heads,
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+        rope_theta=float(raw.get("rope_theta", 10000.0)),
+        max_position_embeddings=int(raw.get("max_sequence_length", 4096)),
+        attention_bias=bool(raw.get("include_bias") or raw.get("include_qkv_bias")),
+        tie_word_embeddings=bool(raw.get("weight_tying", False)),
+    )
+
+
+def _redraft_fields(raw: dict, tokenizer: Tokenizer | None) -> dict:
+    """redraft's own keys: shifted, attention_pattern, layout, segment_tokens (+ the special ids)."""
+    sentinels = {}
+    for segment, token in (raw.get("segment_tokens") or {}).items():
+        tid = token if isinstance(token, int) else (tokenizer.token_id(token) if tokenizer else None)
+        if tid is None:
+            raise CheckpointError(f"config.json: segment token {token!r} for {segment!r} is not in the tokenizer")
+        sentinels[segment] = tid
+    return dict(
+        family="redraft",
+        shifted=bool(raw.get("shifted", False)),
+        attention=str(raw.get("attention_pattern", "full")),
+        layout=tuple(raw.get("layout", NATURAL_LAYOUT)),
+        segment_tokens=tuple(sorted(sentinels.items())),
+    )
+
+
+def _ids(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def _special_ids(raw: dict, tok: Tokenizer | None, fields: dict) -> dict:
+    family = fields["family"]
+    mask = raw.get("mask_token_id")
+    if mask is None and tok is not None:
+        mask = tok.declared("mask_token")
+    if mask is None:
+        mask = KNOWN_MASK_IDS.get(family)
+    causal = fields.get("attention") == "causal"
+    if mask is None and not causal:
+        raise NoMaskTokenError(f"{family} checkpoint declares no mask token (config.json mask_token_id, "
+                               f"tokenizer mask_token) and its family has no known default")
+    pad = raw.get("pad_token_id")
+    if pad is None and tok is not None:
+        pad = tok.declared("pad_token")
+    bos = raw.get("bos_token_id")
+    if bos is None and tok is not None:
+        bos = tok.declared("bos_token")
+    ends = set(_ids(raw.get("eos_token_id"))) | set(_ids(pad))
+    if tok is not None:
+        ends |= {i for i in (tok.declared("eos_token"), tok.declared("pad_token")) if i is not None}
+        ends |= {i for i in map(tok.token_id, END_TOKEN_NAMES) if i is not None}
+    ends.discard(mask)
+    if isinstance(bos, list):
+        bos = bos[0] if bos else None
+    return dict(mask_token_id=None if mask is None else int(mask),
+                pad_token_id=None if pad is None else int(_ids(pad)[0]),
+                bos_token_id=None if bos is None else int(bos),
+                end_token_ids=tuple(sorted(ends)))
+
+
+# -- weights -------------------------------------------------------------------------------
+
+_LLADA_NAMES = [
+    (r"model\.transformer\.wte\.weight", "model.embed_tokens.weight"),
+    (r"model\.transformer\.ln_f\.weight", "model.norm.weight"),
+    (r"model\.transformer\.ff_out\.weight", "lm_head.weight"),
+    (r"model\.transformer\.blocks\.(\d+)\.(q|k|v)_proj\.(weight|bias)", r"model.layers.\1.self_attn.\2_proj.\3"),
+    (r"model\.transformer\.blocks\.(\d+)\.attn_out\.weight", r"model.layers.\1.self_attn.o_proj.weight"),
+    (r"model\.transformer\.blocks\.(\d+)\.ff_proj\.weight", r"model.layers.\1.mlp.gate_proj.weight"),
+    (r"model\.transformer\.blocks\.(\d+)\.up_proj\.weight", r"model.layers.\1.mlp.up_proj.weight"),
+    (r"model\.transformer\.blocks\.(\d+)\.ff_out\.weight", r"model.layers.\1.mlp.down_proj.weight"),
+    (r"model\.transformer\.blocks\.(\d+)\.attn_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
+    (r"model\.transformer\.blocks\.(\d+)\.ff_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
+]
+_IGNORED = re.compile(r".*(rotary_emb\.inv_freq|\.rope\.|_extra_state)$")
+
+
+def hf_name(name: str, family: str) -> str:
+    """The model's parameter name for a checkpoint tensor name."""
+    if family == "llada":
+        for pattern, repl in _LLADA_NAMES:
+            new, n = re.subn(f"^{pattern}$", repl, name)
+            if n:
+                return new
+    return name
+
+
+def weight_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [folder / n for n in names]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise MissingFileError(f"{folder}: weight shards listed in the index are missing: {missing}")
+        return files
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        pickled = [f.name for f in folder.glob("*.bin")] + [f.name for f in folder.glob("*.pt")]
+        hint = f" (found {pickled}: pickled weights are never loaded)" if pickled else ""
+        raise MissingFileError(f"{folder}: no *.safetensors weights{hint}")
+    return files
+
+
+def checkpoint_bytes(files: list[Path], dtype: torch.dtype) -> int:
+    """Bytes the weights take in `dtype`, read from the safetensors headers alone."""
+    size = torch.empty((), dtype=dtype).element_size()
+    total = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, info in header.items():
+            if name != "__metadata__":
+                total += math.prod(info["shape"]) * size
+    return total
+
+
+def available_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def load_model(folder: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
+    files = weight_files(folder)
+    need, have = checkpoint_bytes(files, dtype), available_bytes(device)
+    if have is not None and need > 0.9 * have:
+        raise InsufficientMemoryError(
+            f"{folder.name}: weights need {need / 2**30:.1f} GiB in {str(dtype).split('.')[-1]} "
+            f"but {device} has {have / 2**30:.1f} GiB free; choose a smaller dtype or another device")
+    with torch.device("meta"):
+        model = DiffusionLM(cfg)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    state: dict[str, torch.Tensor] = {}
+    unexpected = []
+    for f in files:
+        with safe_open(str(f), framework="pt", device="cpu") as st:
+            for name in st.keys():
+                target = hf_name(name, cfg.family)
+                if target not in expected:
+                    if not _IGNORED.match(name):
+                        unexpected.append(name)
+                    continue
+                t = st.get_tensor(name)
+                if tuple(t.shape) != tuple(expected[target]):
+                    raise ShapeMismatchError(f"{f.name}: {name} has shape {tuple(t.shape)}, "
+                                             f"config.json implies {tuple(expected[target])}")
+                state[target] = t.to(device=device, dtype=dtype)
+    if unexpected:
+        raise ShapeMismatchError(f"{folder}: tensors the model does not have: {unexpected[:5]}"
+                                 f"{' ...' if len(unexpected) > 5 else ''}")
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+        expected.pop("lm_head.weight", None)
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ShapeMismatchError(f"{folder}: weights missing from the checkpoint: {missing[:5]}"
+                                 f"{' ...' if len(missing) > 5 else ''}")
+    model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.model.rotary_emb = Rotary(cfg).to(device)  # buffers were on the meta device
+    return model.eval()
+
+
+def save_checkpoint(model: DiffusionLM, folder: Path, config: dict, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write a redraft-format folder: config.json + model.safetensors (tokenizer copied by the caller)."""
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")

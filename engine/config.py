@@ -1,0 +1,124 @@
+"""Frozen configuration objects, built at the edges (CLI, LSP options) and passed down.
+
+ModelConfig comes from a checkpoint's config.json (see checkpoint.py); SamplerConfig and
+EngineConfig are chosen by the caller. Nothing in the engine reads environment variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+# How context tokens attend (the span/active block always attends to everything):
+#   "full"            bidirectional everywhere (Dream, LLaDA, Open-dCoder)
+#   "context_causal"  context tokens attend causally among themselves, so their keys/values
+#                     never depend on the span or on later context and can be reused exactly
+#   "causal"          autoregressive; the span is decoded token by token
+ATTENTION_PATTERNS = ("full", "context_causal", "causal")
+
+# Segments a layout may order. The span is always computed last physically (it is the
+# only part recomputed per step); its place in the list sets the position ids.
+SEGMENTS = ("extra", "prefix", "suffix", "span")
+NATURAL_LAYOUT = ("extra", "prefix", "span", "suffix")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and conventions of one checkpoint, in Hugging Face terms."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: tuple[tuple[str, float | str], ...] = ()  # frozen dict, e.g. (("rope_type","linear"),("factor",2.0))
+    max_position_embeddings: int = 32768
+    attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    tie_word_embeddings: bool = False
+    family: str = "redraft"  # dream | llada | open-dcoder | redraft
+    shifted: bool = False  # position i-1 predicts token i
+    attention: str = "full"
+    mask_token_id: int | None = None
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    end_token_ids: tuple[int, ...] = ()  # any of these ends the span (eos, pad, ...)
+    layout: tuple[str, ...] = NATURAL_LAYOUT
+    # Sentinel token id written before a segment (e.g. FIM markers); segment -> id.
+    segment_tokens: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_PATTERNS:
+            raise ValueError(f"attention must be one of {ATTENTION_PATTERNS}, got {self.attention!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if sorted(self.layout) != sorted(SEGMENTS):
+            raise ValueError(f"layout must order exactly {SEGMENTS}, got {self.layout}")
+
+    @property
+    def rope(self) -> dict:
+        return dict(self.rope_scaling)
+
+    @property
+    def sentinels(self) -> dict[str, int]:
+        return dict(self.segment_tokens)
+
+    @property
+    def is_causal(self) -> bool:
+        return self.attention == "causal"
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How the masked span is denoised (diffusion) or decoded (causal models)."""
+
+    span: int = 32  # span budget in tokens (the longest candidate length)
+    lengths: tuple[int, ...] = ()  # candidate span lengths tried in one batch; () = (span,)
+    length_choice: str = "final"  # "final": best mean log-prob at the end; "first_step": prune after step 1
+    threshold: float = 0.9  # unmask every position whose score clears it (at least one)
+    score: str = "maxprob"  # maxprob | margin | entropy  (entropy scored as exp(-H), in (0, 1])
+    tokens_per_step: int = 0  # > 0: fixed number unmasked per step instead of the threshold
+    max_steps: int = 0  # step cap; 0 = as many as the span has tokens
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    refresh_every: int = 0  # recompute the context keys/values every R steps ("full" attention); 0 = never
+    end_fills_rest: bool = True  # once an end token is committed, positions after it become padding
+    heal: bool = True  # token healing when the prefix ends inside a token
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.span < 1:
+            raise ValueError("span must be >= 1")
+        if self.score not in ("maxprob", "margin", "entropy"):
+            raise ValueError(f"unknown score {self.score!r}")
+        if self.length_choice not in ("final", "first_step"):
+            raise ValueError(f"unknown length_choice {self.length_choice!r}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError("threshold must be in [0, 1]")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if any(n < 1 for n in self.lengths):
+            raise ValueError("span lengths must be >= 1")
+
+    @property
+    def candidate_lengths(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.lengths))) if self.lengths else (self.span,)
+
+    def with_(self, **changes) -> "SamplerConfig":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where and how the model runs."""
+
+    device: str = "cpu"
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16  (auto: bfloat16)
+    threads: int = 0  # torch intra-op threads on CPU; 0 = leave torch's default
+    reuse_cache: bool = True  # keep context keys/values across requests where that is exact
+    max_context_tokens: int = 4096  # hard cap; callers should trim before this
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)

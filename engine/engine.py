@@ -1,0 +1,234 @@
+"""The engine's front door: load a checkpoint, fill masked spans from text.
+
+`Engine.load(path_or_name)` reads any known checkpoint family; `engine.infill(prefix,
+suffix)` returns a Completion with text, per-token confidence and stats. Requests can be
+batched (`infill_batch`), cancelled between steps (CancelFlag), and streamed (`on_draft`
+gets the whole current draft after every step). Knows nothing of LSP, files or editors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .autoregressive import decode
+from .batch import make_batch
+from .cache import ContextCache
+from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, resolve
+from .config import EngineConfig, ModelConfig, SamplerConfig
+from .errors import CheckpointError
+from .layout import build_row, fit
+from .model import DiffusionLM
+from .result import Completion, Draft, Stats
+from .sampler import Denoiser
+from .tokenizer import Tokenizer
+
+MAX_CONTEXT_CACHES = 4
+
+
+@dataclass(frozen=True)
+class InfillRequest:
+    prefix: str
+    suffix: str = ""
+    extra: str = ""  # extra context (definitions, recent edits), placed where the layout says
+
+
+@dataclass
+class _Prepared:
+    prefix: list[int]
+    suffix: list[int]
+    extra: list[int]
+    healed: str
+    allowed: torch.Tensor | None
+
+
+class Engine:
+    def __init__(self, model: DiffusionLM, tokenizer: Tokenizer, config: EngineConfig | None = None,
+                 name: str = "model", path: Path | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or EngineConfig()
+        self.name = name
+        self.path = path
+        mc = self.model_config
+        if mc.is_causal and not mc.shifted:
+            raise CheckpointError(f"{name}: a causal model must predict the next token (shifted)")
+        dev = self.device
+        self._end_ids = torch.tensor(sorted(mc.end_token_ids) or [0], dtype=torch.long, device=dev)
+        self._pad_id = mc.pad_token_id if mc.pad_token_id is not None else int(self._end_ids[0])
+        self._banned = sorted({mc.mask_token_id} - {None}) if mc.mask_token_id is not None else []
+        self._vocab_limit = min(tokenizer.vocab_size, mc.vocab_size)
+        self._caches: OrderedDict[str, ContextCache] = OrderedDict()
+
+    # -- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path_or_name: str | Path = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
+             config: EngineConfig | None = None) -> "Engine":
+        config = config or EngineConfig()
+        device = device or config.device
+        dtype = dtype or config.dtype
+        if dtype == "auto":
+            dtype = "bfloat16"
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+        if config.threads and device == "cpu":
+            torch.set_num_threads(config.threads)
+        folder = resolve(path_or_name)
+        tokenizer = Tokenizer.from_folder(folder)
+        cfg = read_config(folder, tokenizer)
+        model = load_model(folder, cfg, torch.device(device), DTYPES[dtype])
+        name = str(path_or_name) if not Path(str(path_or_name)).exists() else folder.name
+        return cls(model, tokenizer, config, name=name, path=folder)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return self.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- infill --------------------------------------------------------------------------
+
+    def infill(self, prefix: str, suffix: str = "", extra: str = "", *, sampler: SamplerConfig | None = None,
+               on_draft: Callable[[Draft], None] | None = None, cancel=None, cache_key: str = "default",
+               stop: Callable[[str], bool] | None = None) -> Completion:
+        return self.infill_batch([InfillRequest(prefix, suffix, extra)], sampler=sampler, on_draft=on_draft,
+                                 cancel=cancel, cache_key=cache_key, stop=stop)[0]
+
+    @torch.inference_mode()
+    def infill_batch(self, requests: list[InfillRequest], *, sampler: SamplerConfig | None = None,
+                     on_draft: Callable[[Draft], None] | None = None, cancel=None, cache_key: str = "default",
+                     stop: Callable[[str], bool] | None = None) -> list[Completion]:
+        """Fill every request's span in one batch; each request tries every candidate span length."""
+        if not requests:
+            return []
+        scfg = sampler or self.config.sampler
+        t0 = time.perf_counter()
+        prepared = [self._prepare(r, scfg) for r in requests]
+        rows, owners = [], []
+        for i, p in enumerate(prepared):
+            for length in scfg.candidate_lengths:
+                rows.append(build_row(self.model_config, p.prefix, p.suffix, p.extra, length))
+                owners.append(i)
+        batch = make_batch(rows, self._pad_id, self.device)
+        tokenize_ms = (time.perf_counter() - t0) * 1000
+        first_allowed = {i: p.allowed for i, p in enumerate(prepared) if p.allowed is not None}
+        reuse = self._context_cache(cache_key) if len(requests) == 1 and self.config.reuse_cache else None
+
+        if self.model_config.is_causal:
+            out = decode(self.model, batch, scfg, end_ids=self._end_ids, pad_id=self._pad_id, banned=self._banned,
+                         first_allowed=first_allowed, owners=owners, vocab_limit=self._vocab_limit, reuse=reuse,
+                         cancel=cancel,
+                         stop=None if stop is None else (lambda b, ids: stop(self._text(ids, prepared[owners[b]]))),
+                         on_step=None if on_draft is None else
+                         (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_draft)))
+            alive = owners
+        else:
+            denoiser = Denoiser(self.model, scfg, owners, self._end_ids, self._pad_id, self._banned, first_allowed,
+                                self._vocab_limit, reuse, cancel,
+                                None if on_draft is None else
+                                (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_draft)))
+            out = denoiser.run(batch)
+            alive = denoiser.alive
+
+        best: dict[int, tuple[float, int]] = {}  # request -> (mean log-prob, row): the length that wins
+        for r, req in enumerate(alive):
+            lp = self._mean_logp(out.logp[r], out.x[r], out.batch.rows[r].length, out.batch.span_at)
+            if req not in best or lp > best[req][0]:
+                best[req] = (lp, r)
+        total_ms = (time.perf_counter() - t0) * 1000
+        results = []
+        for i in range(len(requests)):
+            r = best[i][1]
+            row = out.batch.rows[r]
+            ids, confs = self._span(out.x[r], out.conf[r], row.length, out.batch.span_at)
+            c = Completion(self._text(ids, prepared[i]), ids, confs, row.length, healed=prepared[i].healed)
+            c.stats = Stats(context_tokens=len(row.ctx_ids) + out.batch.span_at, reused_tokens=out.reused,
+                            span_tokens=len(c.token_ids), steps=out.steps, forwards=out.forwards, rows=out.rows_run,
+                            tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
+                            total_ms=total_ms)
+            results.append(c)
+        return results
+
+    def forget(self, cache_key: str) -> None:
+        """Drop the keys/values kept for `cache_key` (e.g. a closed document)."""
+        self._caches.pop(cache_key, None)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _prepare(self, r: InfillRequest, scfg: SamplerConfig) -> _Prepared:
+        tok = self.tokenizer
+        prefix, suffix, extra = tok.encode(r.prefix), tok.encode(r.suffix), tok.encode(r.extra)
+        healed, allowed = "", None
+        if scfg.heal and prefix and prefix[-1] not in tok.special_ids:
+            text = tok.decode([prefix[-1]])
+            if text and "\ufffd" not in text and r.prefix.endswith(text):
+                ids = tok.ids_starting_with(text)
+                if ids:
+                    healed, allowed = text, torch.tensor(ids, dtype=torch.long, device=self.device)
+                    prefix = prefix[:-1]
+        budget = self.config.max_context_tokens - max(scfg.candidate_lengths) - 4
+        prefix, suffix, extra = fit(prefix, suffix, extra, max(budget, 1))
+        return _Prepared(prefix, suffix, extra, healed, allowed)
+
+    def _context_cache(self, key: str) -> ContextCache | None:
+        if self.model_config.attention == "full":
+            return None  # context keys/values depend on the span: never exact across requests
+        cache = self._caches.pop(key, None) or ContextCache()
+        self._caches[key] = cache
+        while len(self._caches) > MAX_CONTEXT_CACHES:
+            self._caches.popitem(last=False)
+        return cache
+
+    def _span(self, x: torch.Tensor, conf: torch.Tensor, length: int, at: int) -> tuple[list[int], list[float]]:
+        ids = x[at:at + length].tolist()
+        confs = conf[at:at + length].tolist()
+        ends = set(self._end_ids.tolist())
+        for n, t in enumerate(ids):
+            if t in ends:
+                return ids[:n], confs[:n]
+        return ids, confs
+
+    def _mean_logp(self, logp: torch.Tensor, x: torch.Tensor, length: int, at: int) -> float:
+        ids = x[at:at + length].tolist()
+        ends = set(self._end_ids.tolist())
+        n = next((k + 1 for k, t in enumerate(ids) if t in ends), len(ids))  # include the end token
+        return float(logp[at:at + n].mean()) if n else 0.0
+
+    def _text(self, ids: list[int], p: _Prepared) -> str:
+        text = self.tokenizer.decode(ids)
+        if p.healed and text.startswith(p.healed):
+            text = text[len(p.healed):]
+        return text
+
+    def _emit(self, step, alive, batch, x, masked, logp, prepared, on_draft) -> None:
+        best: dict[int, tuple[float, int]] = {}
+        for r, req in enumerate(alive):
+            done = ~masked[r]
+            score = float(logp[r][done].mean()) if bool(done.any()) else 0.0
+            if req not in best or score > best[req][0]:
+                best[req] = (score, r)
+        ends = set(self._end_ids.tolist())
+        for req, (_, r) in sorted(best.items()):
+            row = batch.rows[r]
+            ids = []
+            for a in range(batch.span_at, batch.span_at + row.length):
+                if masked[r, a]:
+                    continue
+                t = int(x[r, a])
+                if t in ends:
+                    break
+                ids.append(t)
+            on_draft(Draft(req, step, self._text(ids, prepared[req]), int(masked[r].sum())))
+
+    def _emit_ar(self, step, batch, x, done, owners, prepared, on_draft) -> None:
+        for r, req in enumerate(owners):
+            ids, _ = self._span(x[r], x[r].float(), x.shape[1] - 1, 1)
+            on_draft(Draft(req, step, self._text(ids, prepared[req]), 0 if done[r] else batch.rows[r].length - step))

@@ -1,0 +1,43 @@
+"""Typed errors raised at the engine's public entry points.
+
+Each names the problem and the file or value at fault, so a caller (CLI, server) can show
+it as is. Cancellation is not an error and has its own exception, `Cancelled`.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class CheckpointError(EngineError):
+    """A checkpoint folder cannot be used."""
+
+
+class ModelNotFoundError(CheckpointError):
+    """No folder, shipped model or downloaded snapshot goes by that name."""
+
+
+class MissingFileError(CheckpointError):
+    """A file the checkpoint needs (config.json, weights, tokenizer) is absent."""
+
+
+class UnknownModelTypeError(CheckpointError):
+    """config.json names a model_type no loader knows."""
+
+
+class ShapeMismatchError(CheckpointError):
+    """A tensor's shape disagrees with config.json, or names are missing / unexpected."""
+
+
+class NoMaskTokenError(CheckpointError):
+    """A diffusion checkpoint without a mask token in config, tokenizer or family defaults."""
+
+
+class InsufficientMemoryError(EngineError):
+    """The weights would not fit in the memory of the chosen device."""
+
+
+class Cancelled(Exception):
+    """A request was cancelled between denoising steps. Not an error: callers return nothing."""

@@ -1,0 +1,202 @@
+"""The one model: a Qwen2/LLaMA-family transformer run bidirectionally or causally.
+
+RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, optional q/k/v bias, optional
+tied embeddings. Parameter names are Hugging Face's (`model.layers.N.self_attn.q_proj`...),
+so Qwen2/Dream/Open-dCoder weights load as they are; other families are renamed in
+checkpoint.py only.
+
+Attention is decided per call, not per model: a call attends to the keys/values already in
+the cache plus its own block, either fully or causally, so the same module serves masked
+diffusion (full), exact-context diffusion (causal context, full span) and autoregression.
+The output head is separate (`logits`) so callers pay for it only at the rows they read.
+
+Shapes: B batch, T tokens in this call, S keys attended, H heads, K kv heads, D head dim,
+E hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import KVCache
+from .config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 as the reference implementations do; cast back before the weight.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """cos/sin tables indexed by position id; grown on demand, never recomputed per call."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.register_buffer("inv_freq", _inv_freq(cfg), persistent=False)
+        self.attention_scaling = float(cfg.rope.get("attention_factor", 1.0))
+        self._cos = self._sin = None
+
+    def tables(self, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos is None or self._cos.shape[0] < n or self._cos.dtype != dtype \
+                or self._cos.device != self.inv_freq.device:
+            size = max(n, 256 if self._cos is None else 2 * self._cos.shape[0])
+            t = torch.arange(size, device=self.inv_freq.device, dtype=torch.float32)
+            freqs = torch.outer(t, self.inv_freq.float())
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self._cos = (emb.cos() * self.attention_scaling).to(dtype)
+            self._sin = (emb.sin() * self.attention_scaling).to(dtype)
+        return self._cos, self._sin
+
+    def forward(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.tables(int(pos.max()) + 1, dtype)
+        return cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)  # [B, 1, T, D]
+
+
+def _inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    rope = cfg.rope
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind == "default":
+        return inv
+    if kind == "linear":
+        return inv / float(rope["factor"])
+    if kind == "llama3":
+        factor = float(rope["factor"])
+        lo, hi = float(rope.get("low_freq_factor", 1.0)), float(rope.get("high_freq_factor", 4.0))
+        old = float(rope.get("original_max_position_embeddings", 8192))
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        is_mid = (wavelen <= old / lo) & (wavelen >= old / hi)
+        return torch.where(is_mid, mid, scaled)
+    raise ValueError(f"unsupported rope_type {kind!r}")
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.h, self.k, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        e = cfg.hidden_size
+        self.q_proj = nn.Linear(e, self.h * self.d, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(e, self.k * self.d, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(e, self.k * self.d, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.h * self.d, e, bias=False)
+
+    def forward(self, x, cos, sin, cache: KVCache | None, start: int, mask) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.h, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.k, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.k, self.d).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if cache is not None:
+            k, v = cache.write(self.layer, start, k, v)  # all keys [0, start + T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.h != self.k)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.self_attn = Attention(cfg, layer)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, cache, start, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary_emb = Rotary(cfg)
+
+
+class DiffusionLM(nn.Module):
+    """`model.*` + `lm_head`, as in Hugging Face's *ForCausalLM classes."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self,
+        ids: torch.Tensor,  # [B, T]
+        pos: torch.Tensor,  # [B, T] position ids
+        cache: KVCache | None = None,
+        start: int = 0,  # where this block's keys/values go in the cache
+        causal: bool = False,  # causal within this block (earlier cached keys always visible)
+        key_valid: torch.Tensor | None = None,  # [B, start + T] False for padding keys
+    ) -> torch.Tensor:
+        """Hidden states [B, T, E] after the final norm; writes this block into `cache`."""
+        B, T = ids.shape
+        x = self.model.embed_tokens(ids)
+        cos, sin = self.model.rotary_emb(pos, x.dtype)
+        mask = attention_mask(B, T, start if cache is not None else 0, causal, key_valid, ids.device)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, cache, start, mask)
+        return self.model.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+
+def attention_mask(B: int, T: int, start: int, causal: bool, key_valid, device) -> torch.Tensor | None:
+    """Boolean [B, 1, T, start + T] (True = may attend), or None when everything is visible."""
+    if not causal and key_valid is None:
+        return None
+    S = start + T
+    if causal:
+        q = torch.arange(T, device=device).unsqueeze(1) + start
+        allowed = (torch.arange(S, device=device).unsqueeze(0) <= q).expand(B, T, S)
+    else:
+        allowed = torch.ones(B, T, S, dtype=torch.bool, device=device)
+    if key_valid is not None:
+        assert key_valid.shape == (B, S), (key_valid.shape, B, S)
+        allowed = allowed & key_valid.unsqueeze(1)
+        # A padded query may see no valid key at all; let it see itself so SDPA never
+        # produces NaN rows (its output is never read).
+        diag = torch.zeros(T, S, dtype=torch.bool, device=device)
+        diag[torch.arange(T), torch.arange(T) + start] = True
+        allowed = allowed | (diag & ~allowed.any(-1, keepdim=True))
+    return allowed.unsqueeze(1)

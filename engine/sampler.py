@@ -1,0 +1,236 @@
+"""Confidence-threshold parallel unmasking of a masked span (Fast-dLLM style).
+
+Each step reads the output head only at still-masked positions, picks a token per position
+(greedy, or temperature / top-p sampling), scores it (max-prob, margin or exp(-entropy))
+and commits every position whose score clears the threshold — at least one per row, more
+when a step cap demands it, or a fixed number per step. Context keys/values come from the
+cache; for "full"-attention models they were computed with the span all-masked and can be
+refreshed every R steps (R = 1 is exact full recomputation).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .batch import Batch, encode_context
+from .cache import ContextCache, KVCache
+from .config import SamplerConfig
+from .errors import Cancelled
+from .model import DiffusionLM
+
+
+@dataclass
+class Choice:
+    tokens: torch.Tensor  # [N]
+    score: torch.Tensor  # [N] what the threshold is compared with
+    prob: torch.Tensor  # [N] probability of the chosen token (at the sampling temperature)
+    logp: torch.Tensor  # [N] log-probability of the chosen token at temperature 1
+    top_logp: torch.Tensor  # [N] log of the largest probability (first-step length choice)
+
+
+def choose(logits: torch.Tensor, scfg: SamplerConfig, gen: torch.Generator | None) -> Choice:
+    """logits [N, V] (fp32, banned ids already -inf) -> one token per row and its scores."""
+    logp_raw = torch.log_softmax(logits, dim=-1)
+    if scfg.temperature > 0:
+        probs = torch.softmax(logits / scfg.temperature, dim=-1)
+        if scfg.top_p < 1.0:
+            probs = _top_p(probs, scfg.top_p)
+        tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    else:
+        probs = logp_raw.exp()
+        tokens = probs.argmax(-1)
+    prob = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    if scfg.score == "maxprob":
+        score = prob
+    elif scfg.score == "margin":
+        top2 = probs.topk(2, dim=-1).values
+        score = top2[:, 0] - top2[:, 1]
+    else:  # entropy, mapped to (0, 1] so one threshold serves every score
+        ent = -(probs * torch.log(probs.clamp_min(1e-12))).sum(-1)
+        score = torch.exp(-ent)
+    return Choice(tokens, score, prob, logp_raw.gather(-1, tokens[:, None]).squeeze(-1),
+                  logp_raw.max(-1).values)
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    drop = sorted_p.cumsum(-1) - sorted_p > top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    out = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return out / out.sum(-1, keepdim=True)
+
+
+@dataclass
+class Denoised:
+    batch: Batch  # rows still alive at the end (after first-step pruning)
+    x: torch.Tensor  # [B, A] final active block
+    conf: torch.Tensor  # [B, A] probability at commit
+    logp: torch.Tensor  # [B, A] log-probability at commit
+    steps: int = 0
+    forwards: int = 0
+    encode_ms: float = 0.0
+    generate_ms: float = 0.0
+    reused: int = 0
+    rows_run: int = 0
+
+
+@dataclass
+class Denoiser:
+    model: DiffusionLM
+    scfg: SamplerConfig
+    owners: list[int]  # request index of each row
+    end_ids: torch.Tensor  # [E] ids that end a span
+    pad_id: int  # written after an end token
+    banned: list[int]  # ids never produced (mask, ...)
+    first_allowed: dict[int, torch.Tensor] = field(default_factory=dict)  # request -> ids allowed at span[0]
+    vocab_limit: int | None = None  # ids >= this (padding rows of the embedding) are never produced
+    reuse: ContextCache | None = None
+    cancel: object | None = None  # anything with is_set()
+    on_step: Callable[[int, "Denoiser", Batch, torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None
+    alive: list[int] = field(init=False, default_factory=list)  # request index of each row still running
+
+    def run(self, batch: Batch) -> Denoised:
+        cfg = self.model.config
+        shift = 1 if cfg.shifted else 0
+        gen = torch.Generator(device="cpu").manual_seed(self.scfg.seed) if self.scfg.temperature > 0 else None
+        self.alive = list(self.owners)
+        t0 = time.perf_counter()
+        full = cfg.attention == "full"
+        if full:
+            kv = self._new_cache(batch)
+            hidden = self._full_pass(batch, kv)
+            reused = 0
+        else:
+            kv, reused = encode_context(self.model, batch, self.reuse, extra=batch.A)
+            hidden = None
+        kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
+        encode_ms = (time.perf_counter() - t0) * 1000
+        t1 = time.perf_counter()
+
+        x = batch.act_ids.clone()
+        span = torch.zeros_like(batch.act_valid)
+        span[:, batch.span_at:] = True
+        masked = span & batch.act_valid
+        conf = torch.ones(x.shape, dtype=torch.float32, device=x.device)
+        logp = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+        max_steps = self.scfg.max_steps or int(masked.sum(1).max())
+        steps = forwards = 0
+        rows_run = batch.B
+        while bool(masked.any()):
+            if self.cancel is not None and self.cancel.is_set():
+                raise Cancelled()
+            if hidden is None:
+                hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
+            forwards += 1
+            steps += 1
+            b_idx, a_idx = masked.nonzero(as_tuple=True)
+            logits = self.model.logits(hidden[b_idx, a_idx - shift])
+            self._constrain(logits, b_idx, a_idx - batch.span_at)
+            c = choose(logits, self.scfg, gen)
+            if steps == 1 and self.scfg.length_choice == "first_step" and batch.B > 1:
+                keep = self._best_rows_first_step(b_idx, c.top_logp, batch)
+                if keep is not None:
+                    batch, kv = batch.select(keep), _select(kv, keep)
+                    x, masked, conf, logp = x[keep], masked[keep], conf[keep], logp[keep]
+                    kvalid = None if kvalid is None else kvalid[keep]
+                    remap = {int(old): new for new, old in enumerate(keep.tolist())}
+                    sel = torch.tensor([int(b) in remap for b in b_idx.tolist()], dtype=torch.bool)
+                    b_idx = torch.tensor([remap[int(b)] for b in b_idx[sel].tolist()], dtype=torch.long)
+                    a_idx, c = a_idx[sel], Choice(*(t[sel] for t in c.__dict__.values()))
+            commit = self._commit_mask(b_idx, c.score, masked, steps, max_steps, batch.B)
+            cb, ca = b_idx[commit], a_idx[commit]
+            x[cb, ca] = c.tokens[commit]
+            conf[cb, ca] = c.prob[commit]
+            logp[cb, ca] = c.logp[commit]
+            masked[cb, ca] = False
+            if self.scfg.end_fills_rest:
+                self._fill_after_end(x, masked, cb, ca, c.tokens[commit])
+            if self.on_step is not None:
+                self.on_step(steps, self, batch, x, masked, logp)
+            hidden = None
+            if full and bool(masked.any()) and self.scfg.refresh_every and steps % self.scfg.refresh_every == 0:
+                hidden = self._full_pass(batch, kv, x)
+        gen_ms = (time.perf_counter() - t1) * 1000
+        return Denoised(batch, x, conf, logp, steps, forwards, encode_ms, gen_ms, reused, rows_run)
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _new_cache(self, batch: Batch) -> KVCache:
+        cfg, p = self.model.config, next(self.model.parameters())
+        return KVCache(cfg.num_hidden_layers, batch.B, cfg.num_key_value_heads, batch.C + batch.A,
+                       cfg.head_dim, p.dtype, p.device)
+
+    def _full_pass(self, batch: Batch, kv: KVCache, act: torch.Tensor | None = None) -> torch.Tensor:
+        """Context + active block together, full attention; returns the active block's hidden states."""
+        ids = torch.cat([batch.ctx_ids, batch.act_ids if act is None else act], dim=1)
+        pos = torch.cat([batch.ctx_pos, batch.act_pos], dim=1)
+        valid = batch.key_valid()
+        hidden = self.model(ids, pos, kv, start=0, key_valid=None if bool(valid.all()) else valid)
+        return hidden[:, batch.C:]
+
+    def _constrain(self, logits: torch.Tensor, b_idx: torch.Tensor, span_idx: torch.Tensor) -> None:
+        if self.vocab_limit is not None and self.vocab_limit < logits.shape[-1]:
+            logits[:, self.vocab_limit:] = float("-inf")
+        logits[:, self.banned] = float("-inf")
+        if not self.first_allowed:
+            return
+        for n in (span_idx == 0).nonzero(as_tuple=True)[0].tolist():
+            allowed = self.first_allowed.get(self.alive[int(b_idx[n])])
+            if allowed is not None:
+                keep = logits[n, allowed].clone()
+                logits[n] = float("-inf")
+                logits[n, allowed] = keep
+
+    def _best_rows_first_step(self, b_idx, top_logp, batch: Batch) -> torch.Tensor | None:
+        """Per request, keep the candidate length whose first-step predictions are most confident."""
+        owners = self.alive
+        best: dict[int, tuple[float, int]] = {}
+        for b in range(batch.B):
+            sel = b_idx == b
+            score = float(top_logp[sel].mean()) if bool(sel.any()) else -math.inf
+            if owners[b] not in best or score > best[owners[b]][0]:
+                best[owners[b]] = (score, b)
+        keep = sorted(b for _, b in best.values())
+        if len(keep) == batch.B:
+            return None
+        self.alive = [owners[b] for b in keep]
+        return torch.tensor(keep, dtype=torch.long)
+
+    def _commit_mask(self, b_idx, score, masked, step: int, max_steps: int, B: int) -> torch.Tensor:
+        commit = torch.zeros_like(score, dtype=torch.bool)
+        left = masked.sum(1)
+        steps_left = max(1, max_steps - step + 1)
+        for b in range(B):
+            rows = (b_idx == b).nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            s = score[rows]
+            if self.scfg.tokens_per_step > 0:
+                k = self.scfg.tokens_per_step
+            else:
+                k = int((s >= self.scfg.threshold).sum())
+            k = max(k, 1, math.ceil(int(left[b]) / steps_left))
+            k = min(k, rows.numel())
+            commit[rows[s.topk(k).indices]] = True
+        return commit
+
+    def _fill_after_end(self, x, masked, cb, ca, tokens) -> None:
+        ended = torch.isin(tokens, self.end_ids)
+        if not bool(ended.any()):
+            return
+        pad = self.pad_id
+        for b, a in zip(cb[ended].tolist(), ca[ended].tolist()):
+            later = masked[b].clone()
+            later[: a + 1] = False
+            x[b, later] = pad
+            masked[b, later] = False
+
+
+def _select(kv: KVCache, keep: torch.Tensor) -> KVCache:
+    kv.select_rows(keep)
+    return kv

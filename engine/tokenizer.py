@@ -1,0 +1,80 @@
+"""A checkpoint's tokenizer (tokenizer.json via `tokenizers`), plus what infill needs of it.
+
+Knows special tokens by id and the text of every token, so token healing can ask which
+tokens start with a given string. Knows nothing of models.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+
+from .errors import MissingFileError
+
+
+class Tokenizer:
+    def __init__(self, tok: HFTokenizer, config: dict | None = None):
+        self.tok = tok
+        self.config = config or {}  # tokenizer_config.json (+ special_tokens_map.json)
+        self.special_ids = frozenset(
+            i for i, t in tok.get_added_tokens_decoder().items() if t.special
+        )
+        self._strings: list[str] | None = None
+        self._sorted: list[tuple[str, int]] | None = None
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> "Tokenizer":
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise MissingFileError(f"{folder}: no tokenizer.json (needed to encode text)")
+        config: dict = {}
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+            f = folder / name
+            if f.is_file():
+                config.update(json.loads(f.read_text(encoding="utf-8")))
+        return cls(HFTokenizer.from_file(str(path)), config)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids if text else []
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False) if ids else ""
+
+    def token_id(self, token: str | None) -> int | None:
+        return None if token is None else self.tok.token_to_id(token)
+
+    def declared(self, role: str) -> int | None:
+        """Id of the token tokenizer_config declares for a role (mask_token, eos_token...)."""
+        value = self.config.get(role)
+        if isinstance(value, dict):  # AddedToken serialised as {"content": ...}
+            value = value.get("content")
+        return self.token_id(value) if isinstance(value, str) else None
+
+    # -- token healing -------------------------------------------------------------------
+
+    def strings(self) -> list[str]:
+        """The text of every token id (built once, on first use)."""
+        if self._strings is None:
+            ids = [[i] for i in range(self.vocab_size)]
+            self._strings = self.tok.decode_batch(ids, skip_special_tokens=False)
+        return self._strings
+
+    def ids_starting_with(self, text: str) -> list[int]:
+        """Ids of non-special tokens whose text starts with `text` (a contiguous run when sorted)."""
+        if self._sorted is None:
+            self._sorted = sorted((s, i) for i, s in enumerate(self.strings())
+                                  if i not in self.special_ids and s)
+        lo = bisect.bisect_left(self._sorted, (text, -1))
+        out = []
+        for s, i in self._sorted[lo:]:
+            if not s.startswith(text):
+                break
+            out.append(i)
+        return out

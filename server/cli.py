@@ -1,0 +1,130 @@
+"""The `redraft` command: complete at a file position, download a checkpoint.
+
+Positions are FILE:LINE:COL as compilers print them: 1-based line, 1-based character column,
+the cursor just before character COL (COL = length + 1 is the end of the line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.run(args)
+    except UserError as e:
+        print(f"redraft: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+class UserError(Exception):
+    """A problem with what the user asked for; printed without a traceback."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="redraft", description="Local edit prediction with a diffusion code model.")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    c = sub.add_parser("complete", help="complete the code at FILE:LINE:COL and print the text")
+    c.add_argument("position", metavar="FILE:LINE:COL")
+    _model_args(c)
+    c.add_argument("--span", type=int, default=32, help="span budget in tokens (default 32)")
+    c.add_argument("--threshold", type=float, default=0.9, help="unmasking confidence threshold (default 0.9)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
+    c.set_defaults(run=_complete)
+
+    pl = sub.add_parser("pull", help="download a checkpoint from the Hugging Face Hub (safetensors only)")
+    pl.add_argument("repo_id", metavar="HF_ID")
+    pl.set_defaults(run=_pull)
+    return p
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="checkpoint folder, shipped name, or pulled HF id "
+                                                 "(default: the shipped redraft-diffusion)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+
+
+def parse_position(position: str) -> tuple[Path, int, int]:
+    parts = position.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise UserError(f"expected FILE:LINE:COL with 1-based numbers, got {position!r}")
+    return Path(parts[0]), int(parts[1]), int(parts[2])
+
+
+def split_at(text: str, line: int, col: int) -> tuple[str, str]:
+    """Prefix and suffix of `text` around the cursor at 1-based (line, col)."""
+    lines = text.splitlines(keepends=True) or [""]
+    if text.endswith(("\n", "\r")):
+        lines.append("")  # the empty last line after a final newline is a valid position
+    if not 1 <= line <= len(lines):
+        raise UserError(f"line {line} is outside the file (1..{len(lines)})")
+    body = lines[line - 1].rstrip("\r\n")
+    if not 1 <= col <= len(body) + 1:
+        raise UserError(f"column {col} is outside line {line} (1..{len(body) + 1})")
+    offset = sum(len(s) for s in lines[: line - 1]) + col - 1
+    return text[:offset], text[offset:]
+
+
+def _load_engine(args):
+    from redraft.engine import DEFAULT_MODEL, Engine, EngineError
+    try:
+        return Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
+    except (EngineError, ValueError) as e:
+        raise UserError(str(e)) from None
+
+
+def _complete(args) -> int:
+    from redraft.engine import SamplerConfig
+    path, line, col = parse_position(args.position)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
+        raise UserError(f"{path}: cannot read as UTF-8 text ({e.__class__.__name__})") from None
+    prefix, suffix = split_at(text, line, col)
+    try:
+        sampler = SamplerConfig(span=args.span, threshold=args.threshold, seed=args.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    engine = _load_engine(args)
+    result = engine.infill(prefix, suffix, sampler=sampler)
+    if args.json:
+        s = result.stats
+        print(json.dumps({"text": result.text, "ms": round(s.total_ms, 3), "steps": s.steps, "forwards": s.forwards,
+                          "context_tokens": s.context_tokens, "span_tokens": s.span_tokens,
+                          "model": engine.name, "stats": s.as_dict()}, ensure_ascii=False))
+    else:
+        sys.stdout.write(result.text + ("" if result.text.endswith("\n") else "\n"))
+    return 0
+
+
+def _pull(args) -> int:
+    try:
+        from redraft.engine import pull
+        path = pull(args.repo_id)
+    except ImportError:
+        raise UserError("`redraft pull` needs huggingface-hub: pip install 'redraft[hub]'") from None
+    except Exception as e:  # network or hub errors, reported as they are
+        raise UserError(f"could not download {args.repo_id}: {e}") from None
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

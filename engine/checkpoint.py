@@ -74,6 +74,16 @@ def pull(repo_id: str) -> Path:
     return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
 
 
+def read_sampler_defaults(folder: Path) -> dict:
+    """Sampler settings a redraft checkpoint ships with (config.json `redraft_sampler`), if any."""
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    value = raw.get("redraft_sampler") or {}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 # -- config.json -> ModelConfig ------------------------------------------------------------
 
 def read_config(folder: Path, tokenizer: Tokenizer | None) -> ModelConfig:
@@ -256,7 +266,8 @@ def weight_files(folder: Path) -> list[Path]:
         if missing:
             raise MissingFileError(f"{folder}: weight shards listed in the index are missing: {missing}")
         return files
-    files = sorted(folder.glob("*.safetensors"))
+    single = folder / "model.safetensors"
+    files = [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
     if not files:
         pickled = [f.name for f in folder.glob("*.bin")] + [f.name for f in folder.glob("*.pt")]
         hint = f" (found {pickled}: pickled weights are never loaded)" if pickled else ""

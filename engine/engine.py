@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +19,7 @@ import torch
 from .autoregressive import decode
 from .batch import make_batch
 from .cache import ContextCache
-from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, resolve
+from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, read_sampler_defaults, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
 from .errors import CheckpointError
 from .layout import build_row, fit
@@ -70,7 +70,12 @@ class Engine:
     @classmethod
     def load(cls, path_or_name: str | Path = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
              config: EngineConfig | None = None) -> "Engine":
-        config = config or EngineConfig()
+        folder = resolve(path_or_name)
+        if config is None:  # the checkpoint may carry sampler defaults tuned for it
+            config = EngineConfig()
+            defaults = read_sampler_defaults(folder)
+            if defaults:
+                config = replace(config, sampler=config.sampler.with_(**defaults))
         device = device or config.device
         dtype = dtype or config.dtype
         if dtype == "auto":
@@ -79,7 +84,6 @@ class Engine:
             raise ValueError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
         if config.threads and device == "cpu":
             torch.set_num_threads(config.threads)
-        folder = resolve(path_or_name)
         tokenizer = Tokenizer.from_folder(folder)
         cfg = read_config(folder, tokenizer)
         model = load_model(folder, cfg, torch.device(device), DTYPES[dtype])

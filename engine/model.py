@@ -167,12 +167,14 @@ class DiffusionLM(nn.Module):
         start: int = 0,  # where this block's keys/values go in the cache
         causal: bool = False,  # causal within this block (earlier cached keys always visible)
         key_valid: torch.Tensor | None = None,  # [B, start + T] False for padding keys
+        mask: torch.Tensor | None = None,  # explicit [B, 1, T, start + T] bool mask (training patterns)
     ) -> torch.Tensor:
         """Hidden states [B, T, E] after the final norm; writes this block into `cache`."""
         B, T = ids.shape
         x = self.model.embed_tokens(ids)
         cos, sin = self.model.rotary_emb(pos, x.dtype)
-        mask = attention_mask(B, T, start if cache is not None else 0, causal, key_valid, ids.device)
+        if mask is None:
+            mask = attention_mask(B, T, start if cache is not None else 0, causal, key_valid, ids.device)
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache, start, mask)
         return self.model.norm(x)

@@ -1,4 +1,4 @@
-"""The `redraft` command: complete at a file position, download a checkpoint.
+"""The `redraft` command: complete at a file position, evaluate infill, train, download a checkpoint.
 
 Positions are FILE:LINE:COL as compilers print them: 1-based line, 1-based character column,
 the cursor just before character COL (COL = length + 1 is the end of the line).
@@ -41,10 +41,30 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("position", metavar="FILE:LINE:COL")
     _model_args(c)
     c.add_argument("--span", type=int, default=32, help="span budget in tokens (default 32)")
-    c.add_argument("--threshold", type=float, default=0.9, help="unmasking confidence threshold (default 0.9)")
+    c.add_argument("--threshold", type=float, default=None,
+                   help="unmasking confidence threshold (default: the model's, else 0.9)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
     c.set_defaults(run=_complete)
+
+    ev = sub.add_parser("eval", help="offline evaluations of a model")
+    ev.set_defaults(run=lambda _: (ev.print_help(), EXIT_USAGE)[1])
+    tasks = ev.add_subparsers(metavar="TASK")
+    ei = tasks.add_parser("infill", help="infill at sampled cursor positions of the Python files under DIR")
+    ei.add_argument("--files", required=True, type=Path, metavar="DIR", help="folder searched for *.py files")
+    _model_args(ei)
+    ei.add_argument("--limit", type=int, default=100, help="cursor samples per kind (default 100)")
+    ei.add_argument("--seed", type=int, default=0)
+    ei.add_argument("--kinds", default=None, help="comma-separated kinds "
+                                                  "(default rest_of_line,next_line,block,node)")
+    ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ei.set_defaults(run=_eval_infill)
+
+    tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (see README)",
+                        add_help=False)
+    tr.add_argument("step", choices=["corpus", "tokenizer", "model"], metavar="{corpus,tokenizer,model}")
+    tr.add_argument("rest", nargs=argparse.REMAINDER)
+    tr.set_defaults(run=_train)
 
     pl = sub.add_parser("pull", help="download a checkpoint from the Hugging Face Hub (safetensors only)")
     pl.add_argument("repo_id", metavar="HF_ID")
@@ -89,7 +109,6 @@ def _load_engine(args):
 
 
 def _complete(args) -> int:
-    from redraft.engine import SamplerConfig
     path, line, col = parse_position(args.position)
     try:
         text = path.read_text(encoding="utf-8")
@@ -98,11 +117,14 @@ def _complete(args) -> int:
     except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
         raise UserError(f"{path}: cannot read as UTF-8 text ({e.__class__.__name__})") from None
     prefix, suffix = split_at(text, line, col)
+    engine = _load_engine(args)
     try:
-        sampler = SamplerConfig(span=args.span, threshold=args.threshold, seed=args.seed)
+        changes = dict(span=args.span, seed=args.seed)
+        if args.threshold is not None:
+            changes["threshold"] = args.threshold
+        sampler = engine.config.sampler.with_(**changes)
     except ValueError as e:
         raise UserError(str(e)) from None
-    engine = _load_engine(args)
     result = engine.infill(prefix, suffix, sampler=sampler)
     if args.json:
         s = result.stats
@@ -112,6 +134,37 @@ def _complete(args) -> int:
     else:
         sys.stdout.write(result.text + ("" if result.text.endswith("\n") else "\n"))
     return 0
+
+
+def _eval_infill(args) -> int:
+
+    from .evaluation import format_table, parse_kinds, report, run
+    from .samples import load_sources
+    try:
+        kinds = parse_kinds(args.kinds)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if not args.files.is_dir():
+        raise UserError(f"{args.files}: not a folder")
+    sources, skipped = load_sources(args.files)
+    for path in skipped:
+        print(f"redraft: skipping {path} (not UTF-8 text)", file=sys.stderr)
+    if not sources:
+        raise UserError(f"{args.files}: no readable *.py files")
+    engine = _load_engine(args)
+    outcomes = run(engine, sources, kinds, args.limit, args.seed, engine.config.sampler.with_(seed=args.seed))
+    rep = report(engine.name, sources, args.seed, outcomes)
+    print(json.dumps(rep, ensure_ascii=False) if args.json else format_table(rep))
+    return 0
+
+
+def _train(args) -> int:
+    """Delegates to the training modules, which own their arguments (`redraft train model --help`)."""
+    from importlib import import_module
+    module = {"corpus": "corpus", "tokenizer": "tokenizer", "model": "train"}[args.step]
+    return import_module(f"redraft.engine.training.{module}").main(args.rest)
 
 
 def _pull(args) -> int:

@@ -74,8 +74,8 @@ def test_bad_positions(model, source, position, message):
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 
-def test_bad_model_path_and_settings(source, tmp_path):
+def test_bad_model_path_and_settings(model, source, tmp_path):
     out = redraft("complete", f"{source}:1:3", "--model", str(tmp_path))
     assert out.returncode == 2 and "config.json" in out.stderr
-    out = redraft("complete", f"{source}:1:3", "--model", str(tmp_path), "--threshold", "3")
-    assert out.returncode == 2 and "threshold" in out.stderr
+    out = redraft("complete", f"{source}:1:3", "--model", str(model), "--threshold", "3")
+    assert out.returncode == 2 and "threshold" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,9 @@
+"""redraft.engine.training: how the shipped default models are made, reproducibly.
+
+corpus.py builds the Python corpus (the installed CPython's standard library plus pinned,
+permissively licensed PyPI packages, split by package); tokenizer.py trains the byte-level
+BPE; examples.py shapes training rows like the job (fill-in-the-middle with character-level
+splits, padded variable-length spans, drafts to repair, synthetic renames with an edit
+history); train.py runs the autoregressive twin and the masked-diffusion adaptation.
+Needs nothing from the server.
+"""

@@ -1,0 +1,68 @@
+"""Turning a training checkpoint into a shipped model inside the engine package.
+
+    python -m redraft.engine.training.ship --from runs/diffusion/last --name redraft-diffusion \
+        --sampler '{"threshold": 0.7}'
+
+Writes engine/models/NAME/: config.json, model.safetensors in bf16 (tied embeddings stored
+once, no optimizer state), tokenizer.json, tokenizer_config.json and card.json (how the
+model was made: data, shape, tokens seen, wall time, the training command). Shipped models
+load by name: Engine.load("redraft-diffusion").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..checkpoint import SHIPPED_DIR
+
+
+def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path = SHIPPED_DIR) -> Path:
+    dest = dest_root / name
+    dest.mkdir(parents=True, exist_ok=True)
+    config = json.loads((source / "config.json").read_text())
+    if sampler:
+        config["redraft_sampler"] = sampler  # defaults the engine uses for this model
+    weights = load_file(str(source / "model.safetensors"))
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, str(dest / "model.safetensors"),
+              metadata={"format": "pt"})
+    (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(source / f, dest / f)
+    state = json.loads((source / "train_state.json").read_text())
+    log, meta = state["log"], state["meta"]
+    card = {
+        "name": name,
+        "parameters": sum(v.numel() for v in weights.values()),
+        "objective": meta["objective"],
+        "init": meta.get("init"),
+        "steps": state["step"],
+        "tokens_seen": log[-1]["tokens"] if log else 0,
+        "wall_seconds": log[-1]["seconds"] if log else 0,
+        "final_train_loss": log[-1]["loss"] if log else None,
+        "final_valid_loss": next((e["valid"] for e in reversed(log) if "valid" in e), None),
+        "batch": meta["batch"], "seq": meta["seq"], "lr": meta["lr"], "seed": meta["seed"],
+        "shape": meta["shape"],
+    }
+    (dest / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return dest
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Copy a training checkpoint into the package as a shipped model.")
+    ap.add_argument("--from", dest="source", type=Path, required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--sampler", default=None, help="JSON sampler defaults stored with the model")
+    args = ap.parse_args(argv)
+    print(ship(args.source, args.name, json.loads(args.sampler) if args.sampler else None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

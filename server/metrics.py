@@ -1,0 +1,101 @@
+"""Scoring one infill completion against the removed text, and where its unit ends.
+
+Per sample, for a completion already cut at the end of its unit (`cut`):
+  exact_match       rest_of_line: the first line, trailing whitespace stripped, equals the
+                    expected text stripped the same way; next_line / block: every line
+                    compared with trailing whitespace stripped, trailing blank lines
+                    ignored; node: every line compared with trailing whitespace stripped
+  correct_prefix    longest common prefix length / len(expected)
+  edit_similarity   1 - Levenshtein distance / max(len(a), len(b)); 1.0 when both are empty
+Syntax validity needs the whole file and lives in syntax.py.
+
+`cut` and `unit_ended` are one rule seen twice: `unit_ended(kind, t)` is true as soon as
+the text so far fixes where `cut` ends, so a causal model can stop decoding there and the
+cut of what it produced is the same as the cut of a longer continuation.
+
+Knows nothing of models, files or tree-sitter.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rapidfuzz.distance import Levenshtein
+
+from .samples import BLOCK_LINES, indent_of
+
+
+# -- where a unit ends ----------------------------------------------------------------------
+
+def cut(kind: str, text: str, header_indent: int = 0) -> str:
+    """The completion up to the end of its unit: rest_of_line, next_line -> the first line;
+    block -> up to the first non-blank line indented <= the header's indent, or after
+    BLOCK_LINES[1] non-blank lines; node -> unchanged."""
+    if kind in ("rest_of_line", "next_line"):
+        return text.split("\n", 1)[0]
+    if kind == "block":
+        kept, nonblank = [], 0
+        for line in text.split("\n"):
+            if line.strip():
+                if indent_of(line) <= header_indent:
+                    break
+                nonblank += 1
+            kept.append(line)
+            if nonblank == BLOCK_LINES[1]:
+                break
+        return "\n".join(kept)
+    if kind == "node":
+        return text
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def unit_ended(kind: str, text: str, header_indent: int = 0) -> bool:
+    """True once `text` (a completion so far) already contains the end of its unit."""
+    if kind in ("rest_of_line", "next_line"):
+        return "\n" in text
+    if kind == "block":
+        lines = text.split("\n")
+        nonblank = 0
+        for n, line in enumerate(lines):
+            if line.strip():
+                # A line's indent is settled once it has a non-blank character.
+                if indent_of(line) <= header_indent:
+                    return True
+                nonblank += 1
+            if nonblank == BLOCK_LINES[1] and n < len(lines) - 1:
+                return True  # the last allowed line is complete: cut keeps nothing after it
+        return False
+    return False  # node: the whole span counts
+
+
+# -- scores ----------------------------------------------------------------------------------
+
+def _norm_lines(text: str, drop_trailing_blank: bool) -> list[str]:
+    lines = [line.rstrip() for line in text.split("\n")]
+    while drop_trailing_blank and lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def exact_match(kind: str, completion: str, expected: str) -> bool:
+    if kind == "rest_of_line":
+        return completion.split("\n", 1)[0].rstrip() == expected.split("\n", 1)[0].rstrip()
+    if kind in ("next_line", "block"):
+        return _norm_lines(completion, True) == _norm_lines(expected, True)
+    if kind == "node":
+        return _norm_lines(completion, False) == _norm_lines(expected, False)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def correct_prefix(completion: str, expected: str) -> float:
+    """Share of `expected` that `completion` gets right before its first mistake."""
+    if not expected:
+        return 1.0
+    return len(os.path.commonprefix([completion, expected])) / len(expected)
+
+
+def edit_similarity(a: str, b: str) -> float:
+    longest = max(len(a), len(b))
+    if longest == 0:
+        return 1.0
+    return 1.0 - Levenshtein.distance(a, b) / longest

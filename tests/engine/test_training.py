@@ -1,0 +1,106 @@
+"""The default-model recipe on a tiny scale: corpus, tokenizer, examples, training, loading."""
+
+import gzip
+import json
+import random
+
+import pytest
+import torch
+
+from redraft.engine import Engine
+from redraft.engine.training import corpus, examples, formats, tokenizer, train
+
+TINY_SHAPE = json.dumps(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16))
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory):
+    """Thirty standard-library files as train, five as validation, in the corpus builder's format."""
+    root = tmp_path_factory.mktemp("corpus")
+    files = [f for f in corpus.stdlib_files() if 2_000 < len(f[1]) < 20_000][:35]
+    for split, chunk in (("train", files[:30]), ("valid", files[30:])):
+        with gzip.open(root / f"{split}.jsonl.gz", "wt") as f:
+            for path, text in chunk:
+                f.write(json.dumps({"package": "cpython-stdlib", "path": path, "text": text}) + "\n")
+    tok = tokenizer.train_tokenizer([t for _, t in files[:30]], vocab_size=1024)
+    tokenizer.save_tokenizer(tok, root / "tok")
+    return root
+
+
+def test_tokenizer_round_trips_code_exactly(tiny_corpus):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(tiny_corpus / "tok" / "tokenizer.json"))
+    for text in ["def f(x):\n\treturn x  \n", "s = 'héllo wörld ✓ 😀'\r\n", "    \n\n\t\t# trailing   ",
+                 "x=1;y=2\n" * 3, "".join(chr(c) for c in range(32, 600))]:
+        assert tok.decode(tok.encode(text).ids) == text
+    for special in formats.SPECIAL_TOKENS:
+        assert tok.encode(special).ids == [tok.token_to_id(special)]
+
+
+def test_examples_cut_the_text_at_characters(tiny_corpus):
+    text = corpus.read_split(tiny_corpus, "train")[0]["text"]
+    rng = random.Random(0)
+    kinds = set()
+    for _ in range(200):
+        ex = examples.sample_example(text, rng)
+        if ex is None:
+            continue
+        kinds.add(ex.kind)
+        if ex.kind == "rename":
+            assert ex.extra.startswith(formats.HISTORY) and ex.extra.endswith(formats.FILE_SEP)
+            old = ex.extra.split("\n")[0][len(formats.HISTORY) + 1:]
+            new = ex.extra.split("\n")[1][1:]
+            assert old != new
+        else:
+            assert ex.prefix + ex.middle + ex.suffix in text
+    assert kinds == {k for k, _ in examples.KINDS}
+
+
+def test_diffusion_rows_mask_only_the_span(tiny_corpus):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(tiny_corpus / "tok" / "tokenizer.json"))
+    rows = train.Rows(corpus.read_split(tiny_corpus, "train"), tok, 128, 8, 0, diffusion=True)
+    b = rows.batch(0)
+    mask_id = tok.token_to_id(formats.MASK)
+    for i in range(8):
+        c, s = int(b["ctx"][i]), int(b["stop"][i])
+        assert b["ids"][i, c] == tok.token_to_id(formats.FIM_MIDDLE)
+        assert not bool((b["ids"][i, :c] == mask_id).any())
+        assert bool((b["weight"][i, c:s - 1] > 0).any()) or not bool((b["ids"][i, c + 1:s] == mask_id).any())
+        assert not bool((b["weight"][i, :c] > 0).any())
+    m = train.span_mask(b["ctx"], b["stop"], 128)[:, 0]
+    c, s = int(b["ctx"][0]), int(b["stop"][0])
+    assert not m[0, c - 1, c]  # the context does not see the span
+    assert m[0, c, s - 1] and m[0, s - 1, c]  # the span block sees itself both ways
+
+
+@pytest.mark.parametrize("objective", ["ar", "diffusion"])
+def test_a_few_steps_lower_the_loss_and_the_result_loads(tiny_corpus, tmp_path, objective):
+    out = tmp_path / objective
+    args = ["--objective", objective, "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tok"),
+            "--out", str(out), "--steps", "40", "--batch", "4", "--seq", "128", "--lr", "3e-3", "--warmup", "5",
+            "--eval-every", "20", "--valid-batches", "1", "--save-every", "20", "--shape", TINY_SHAPE]
+    train.main(args)
+    log = json.loads((out / "last" / "train_state.json").read_text())["log"]
+    first = sum(e["loss"] for e in log[:5]) / 5
+    last = sum(e["loss"] for e in log[-5:]) / 5
+    assert last < first - 0.5, (first, last)
+    assert (out / "loss.png").stat().st_size > 1000
+    engine = Engine.load(out / "last", dtype="float32")
+    assert engine.model_config.attention == ("causal" if objective == "ar" else "context_causal")
+    result = engine.infill("def add(a, b):\n    return ", "\n", sampler=engine.config.sampler.with_(span=8))
+    assert result.stats.forwards >= 1
+
+
+def test_resume_continues_exactly(tiny_corpus, tmp_path):
+    base = ["--objective", "ar", "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tok"),
+            "--batch", "2", "--seq", "64", "--warmup", "2", "--eval-every", "100", "--valid-batches", "1",
+            "--save-every", "3", "--shape", TINY_SHAPE, "--steps", "6"]
+    train.main(base + ["--out", str(tmp_path / "straight")])
+    train.main(base + ["--out", str(tmp_path / "split"), "--until", "3"])
+    train.main(base + ["--out", str(tmp_path / "split"), "--resume"])
+    from safetensors.torch import load_file
+    a = load_file(str(tmp_path / "straight" / "last" / "model.safetensors"))
+    b = load_file(str(tmp_path / "split" / "last" / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)

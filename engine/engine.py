@@ -178,7 +178,9 @@ class Engine:
                 if ids:
                     healed, allowed = text, torch.tensor(ids, dtype=torch.long, device=self.device)
                     prefix = prefix[:-1]
-        budget = self.config.max_context_tokens - max(scfg.candidate_lengths) - 4
+        # Positions past what the model was trained on are out of distribution: cap there too.
+        limit = min(self.config.max_context_tokens, self.model_config.max_position_embeddings)
+        budget = limit - max(scfg.candidate_lengths) - 4 - len(self.model_config.segment_tokens)
         prefix, suffix, extra = fit(prefix, suffix, extra, max(budget, 1))
         return _Prepared(prefix, suffix, extra, healed, allowed)
 

@@ -27,6 +27,9 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
     dest = dest_root / name
     dest.mkdir(parents=True, exist_ok=True)
     config = json.loads((source / "config.json").read_text())
+    state = json.loads((source / "train_state.json").read_text())
+    # Trained on rows of `seq` tokens: the engine keeps contexts within that.
+    config["max_position_embeddings"] = state["meta"]["seq"]
     if sampler:
         config["redraft_sampler"] = sampler  # defaults the engine uses for this model
     weights = load_file(str(source / "model.safetensors"))
@@ -35,7 +38,6 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
     (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(source / f, dest / f)
-    state = json.loads((source / "train_state.json").read_text())
     log, meta = state["log"], state["meta"]
     card = {
         "name": name,

@@ -101,12 +101,16 @@ class Rows:
         return dict(ids=ids, target=target, weight=weight, causal=False, ctx=ctx, stop=stop)
 
 
-def span_mask(ctx: torch.Tensor, stop: torch.Tensor, T: int) -> torch.Tensor:
-    """[B, 1, T, T]: context causal, the span block (from ctx to stop) sees everything before stop."""
+def span_mask(ctx: torch.Tensor, stop: torch.Tensor, T: int, full: bool = False) -> torch.Tensor:
+    """[B, 1, T, T]: context causal, the span block (from ctx to stop) sees everything before stop.
+
+    With `full`, every position before stop sees every other (bidirectional, as Dream / LLaDA).
+    Padding after stop attends causally; its outputs are never read.
+    """
     q = torch.arange(T)[None, :, None]
     k = torch.arange(T)[None, None, :]
     c, s = ctx[:, None, None], stop[:, None, None]
-    in_block = (q >= c) & (q < s)
+    in_block = ((q >= c) if not full else (q >= 0)) & (q < s)
     return ((k <= q) | (in_block & (k < s))).unsqueeze(1)
 
 
@@ -114,7 +118,7 @@ def loss_of(model: DiffusionLM, batch: dict) -> torch.Tensor:
     ids = batch["ids"]
     B, T = ids.shape
     pos = torch.arange(T).expand(B, T)
-    mask = None if batch["causal"] else span_mask(batch["ctx"], batch["stop"], T)
+    mask = None if batch["causal"] else span_mask(batch["ctx"], batch["stop"], T, batch.get("full", False))
     hidden = model(ids, pos, causal=batch["causal"], mask=mask)
     w = batch["weight"]
     sel = w > 0
@@ -133,6 +137,8 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
 def save_state(folder: Path, model, opt, step: int, log: list, meta: dict, tok_dir: Path) -> None:
     """A resumable checkpoint: a redraft-format model folder plus optimizer tensors."""
     cfg = model_config(meta["shape"], _tok(tok_dir), causal=meta["objective"] == "ar")
+    if meta["objective"] != "ar":
+        cfg["attention_pattern"] = meta.get("attention", "context_causal")
     save_checkpoint(model, folder, cfg, dtype=torch.float32)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tok_dir / name, folder / name)
@@ -171,9 +177,9 @@ def shape_for(tok, overrides: dict | None = None) -> dict:
     return shape
 
 
-def build_model(objective: str, tok, shape: dict) -> DiffusionLM:
+def build_model(objective: str, tok, shape: dict, attention: str = "context_causal") -> DiffusionLM:
     cfg = ModelConfig(**shape, tie_word_embeddings=True, family="redraft", shifted=True,
-                      attention="causal" if objective == "ar" else "context_causal",
+                      attention="causal" if objective == "ar" else attention,
                       mask_token_id=tok.token_to_id(MASK), pad_token_id=tok.token_to_id(END),
                       end_token_ids=(tok.token_to_id(END),))
     model = DiffusionLM(cfg)
@@ -191,7 +197,7 @@ def train(args) -> Path:
     tok_dir = Path(args.tokenizer) if args.tokenizer else Path(args.init)
     tok = _tok(tok_dir)
     shape = shape_for(tok, json.loads(args.shape) if args.shape else None)
-    model = build_model(args.objective, tok, shape)
+    model = build_model(args.objective, tok, shape, args.attention)
     if args.init:
         model.load_state_dict(load_file(str(Path(args.init) / "model.safetensors")), strict=False)
     model.train()
@@ -208,9 +214,10 @@ def train(args) -> Path:
     corpus = Path(args.corpus)
     rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion)
     valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion)
-    valid_batches = [valid.batch(10_000_000 + i) for i in range(args.valid_batches)]
+    valid_batches = [dict(valid.batch(10_000_000 + i), full=args.attention == "full")
+                     for i in range(args.valid_batches)]
     meta = {"objective": args.objective, "seq": args.seq, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-            "init": args.init, "steps": args.steps, "shape": shape}
+            "init": args.init, "steps": args.steps, "shape": shape, "attention": args.attention}
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc=args.objective, file=sys.stderr, mininterval=10)
     started = time.time()
@@ -219,6 +226,7 @@ def train(args) -> Path:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
         batch = rows.batch(step)
+        batch["full"] = args.attention == "full"
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = loss_of(model, batch)
         opt.zero_grad(set_to_none=True)
@@ -289,6 +297,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--save-every", type=int, default=200)
     ap.add_argument("--snapshot-at", type=int, nargs="*", default=[])
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--attention", choices=["context_causal", "full"], default="context_causal",
+                    help="diffusion only: how the context attends (the span always sees everything)")
     ap.add_argument("--until", type=int, default=0, help="stop after this step (resume later with --resume)")
     ap.add_argument("--shape", help="JSON overrides of the model shape, e.g. '{\"num_hidden_layers\": 2}'")
     return ap

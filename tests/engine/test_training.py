@@ -75,10 +75,12 @@ def test_diffusion_rows_mask_only_the_span(tiny_corpus):
     assert m[0, c, s - 1] and m[0, s - 1, c]  # the span block sees itself both ways
 
 
-@pytest.mark.parametrize("objective", ["ar", "diffusion"])
-def test_a_few_steps_lower_the_loss_and_the_result_loads(tiny_corpus, tmp_path, objective):
+@pytest.mark.parametrize("objective,attention", [("ar", "causal"), ("diffusion", "context_causal"),
+                                                  ("diffusion", "full")])
+def test_a_few_steps_lower_the_loss_and_the_result_loads(tiny_corpus, tmp_path, objective, attention):
     out = tmp_path / objective
-    args = ["--objective", objective, "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tok"),
+    extra = ["--attention", attention] if objective == "diffusion" else []
+    args = extra + ["--objective", objective, "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tok"),
             "--out", str(out), "--steps", "40", "--batch", "4", "--seq", "128", "--lr", "3e-3", "--warmup", "5",
             "--eval-every", "20", "--valid-batches", "1", "--save-every", "20", "--shape", TINY_SHAPE]
     train.main(args)
@@ -88,7 +90,7 @@ def test_a_few_steps_lower_the_loss_and_the_result_loads(tiny_corpus, tmp_path, 
     assert last < first - 0.5, (first, last)
     assert (out / "loss.png").stat().st_size > 1000
     engine = Engine.load(out / "last", dtype="float32")
-    assert engine.model_config.attention == ("causal" if objective == "ar" else "context_causal")
+    assert engine.model_config.attention == attention
     result = engine.infill("def add(a, b):\n    return ", "\n", sampler=engine.config.sampler.with_(span=8))
     assert result.stats.forwards >= 1
 

@@ -21,14 +21,14 @@ from .batch import make_batch
 from .cache import ContextCache
 from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, read_sampler_defaults, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
-from .errors import CheckpointError
+from .errors import Cancelled, CheckpointError
 from .layout import build_row, fit
 from .model import DiffusionLM
 from .result import Completion, Draft, Stats
 from .sampler import Denoiser
 from .tokenizer import Tokenizer
 
-MAX_CONTEXT_CACHES = 4
+MAX_CONTEXT_CACHES = 16  # documents whose context keys/values are kept (~2 MB each for the default model)
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,8 @@ class Engine:
         """Fill every request's span in one batch; each request tries every candidate span length."""
         if not requests:
             return []
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
         scfg = sampler or self.config.sampler
         t0 = time.perf_counter()
         prepared = [self._prepare(r, scfg) for r in requests]
@@ -160,6 +162,10 @@ class Engine:
                             total_ms=total_ms)
             results.append(c)
         return results
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens `text` takes in this model's tokenizer (context budgets are in tokens)."""
+        return len(self.tokenizer.encode(text))
 
     def forget(self, cache_key: str) -> None:
         """Drop the keys/values kept for `cache_key` (e.g. a closed document)."""

@@ -1,4 +1,4 @@
-"""The `redraft` command: complete at a file position, evaluate infill, train, download a checkpoint.
+"""The `redraft` command: serve LSP, complete at a file position, evaluate infill, train, download a checkpoint.
 
 Positions are FILE:LINE:COL as compilers print them: 1-based line, 1-based character column,
 the cursor just before character COL (COL = length + 1 is the end of the line).
@@ -37,6 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="redraft", description="Local edit prediction with a diffusion code model.")
     sub = p.add_subparsers(metavar="COMMAND")
 
+    sv = sub.add_parser("serve", help="run the language server (stdio, or --tcp PORT on 127.0.0.1)")
+    sv.add_argument("--tcp", type=int, default=None, metavar="PORT", help="listen on 127.0.0.1:PORT instead of stdio")
+    _model_args(sv)
+    sv.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                    help="log level on stderr (default WARNING)")
+    sv.set_defaults(run=_serve)
+
     c = sub.add_parser("complete", help="complete the code at FILE:LINE:COL and print the text")
     c.add_argument("position", metavar="FILE:LINE:COL")
     _model_args(c)
@@ -62,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (see README)",
                         add_help=False)
-    tr.add_argument("step", choices=["corpus", "tokenizer", "model"], metavar="{corpus,tokenizer,model}")
+    tr.add_argument("step", choices=["corpus", "tokenizer", "model", "ship"], metavar="{corpus,tokenizer,model,ship}")
     tr.add_argument("rest", nargs=argparse.REMAINDER)
     tr.set_defaults(run=_train)
 
@@ -106,6 +113,25 @@ def _load_engine(args):
         return Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
     except (EngineError, ValueError) as e:
         raise UserError(str(e)) from None
+
+
+def _serve(args) -> int:
+    import logging
+
+    from .lsp import build_server
+    from .settings import ServerConfig, parse
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="redraft %(levelname)s %(name)s: %(message)s")
+    if args.tcp is not None and not 0 < args.tcp < 65536:
+        raise UserError(f"--tcp needs a port in 1..65535, got {args.tcp}")
+    config, problems = parse({"model": args.model, "device": args.device, "dtype": args.dtype}, ServerConfig())
+    if problems:
+        raise UserError("; ".join(problems))
+    server = build_server(config)
+    if args.tcp is not None:
+        server.start_tcp("127.0.0.1", args.tcp)
+    else:
+        server.start_io()
+    return 0
 
 
 def _complete(args) -> int:
@@ -163,7 +189,7 @@ def _eval_infill(args) -> int:
 def _train(args) -> int:
     """Delegates to the training modules, which own their arguments (`redraft train model --help`)."""
     from importlib import import_module
-    module = {"corpus": "corpus", "tokenizer": "tokenizer", "model": "train"}[args.step]
+    module = {"corpus": "corpus", "tokenizer": "tokenizer", "model": "train", "ship": "ship"}[args.step]
     return import_module(f"redraft.engine.training.{module}").main(args.rest)
 
 

@@ -17,6 +17,8 @@ from functools import lru_cache
 import tree_sitter
 import tree_sitter_python
 
+from . import languages
+
 # Node types that stand for one expression or one simple statement. Spans of these are
 # what the `node` evaluation kind removes and asks the model to rebuild.
 NODE_TYPES = frozenset({
@@ -48,15 +50,7 @@ def parse(text: str) -> tree_sitter.Tree:
 
 def count_errors(text: str) -> int:
     """ERROR plus MISSING nodes in the parse of `text`."""
-    stack = [parse(text).root_node]
-    n = 0
-    while stack:
-        node = stack.pop()
-        if node.is_error or node.is_missing:
-            n += 1
-        # has_error is true for a node that is, or contains, an error: prune clean subtrees.
-        stack.extend(c for c in node.children if c.has_error or c.is_missing)
-    return n
+    return languages.count_errors(parse(text))
 
 
 def syntax_valid(text: str, start: int, end: int, replacement: str, errors_before: int | None = None) -> bool:

@@ -1,0 +1,192 @@
+"""The context builder: what to ask the engine for at a cursor.
+
+`take_snapshot` runs on the event loop, where the document and its tree are current: it
+decides the mode at the cursor from the tree (or from the text, for plain-text documents)
+and freezes what background work needs into an immutable Snapshot (the lines are a tuple
+of immutable strings, so later edits cannot reach it). `build` runs on the inference
+thread: it cuts the prefix and suffix windows at line boundaries within a token budget
+and picks the span budget for the mode.
+
+Modes: LINE (finish the rest of the line), BLOCK (a new block body after ':' or '{'), ARGS
+(inside an argument list) and NONE (mid-identifier with word characters right of the
+cursor, inside a string, inside a comment unless enabled, other text right of the cursor,
+binary-looking text): NONE answers nothing without running the model.
+
+It knows nothing of LSP messages or the engine beyond a token-counting function.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable
+
+from .document import Document, body
+from .languages import ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax
+from .settings import ServerConfig
+
+CHARS_PER_TOKEN = 3.0  # first estimate for code; the window is then checked with the real tokenizer
+
+
+class Mode(str, enum.Enum):
+    LINE = "line"
+    BLOCK = "block"
+    ARGS = "args"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    uri: str
+    version: int
+    syntax: Syntax
+    lines: tuple[str, ...]
+    row: int
+    col: int  # character index into the line body
+    mode: Mode
+    reason: str  # why this mode (for logs and tests)
+    header_indent: str  # indentation of the line that opens the block (BLOCK), else of the cursor line
+    config: ServerConfig
+
+    @property
+    def left(self) -> str:
+        return body(self.lines[self.row])[:self.col]
+
+    @property
+    def right(self) -> str:
+        return body(self.lines[self.row])[self.col:]
+
+
+@dataclass(frozen=True)
+class Context:
+    prefix: str
+    suffix: str
+    span: int  # engine span budget in tokens
+    first_row: int  # first line of the prefix window
+    last_row: int  # last line of the suffix window
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def _binary(text: str) -> bool:
+    if "\x00" in text:
+        return True
+    controls = sum(1 for ch in text if ch < " " and ch not in "\t\r\n")
+    return controls > max(2, len(text) // 20)
+
+
+def _ancestors(doc: Document, row: int, col: int):
+    """(node, cursor byte) pairs from the smallest named node at the cursor up to the root."""
+    b, (r, bc) = doc.byte_point(row, col)
+    node = doc.tree.root_node.named_descendant_for_point_range((r, max(bc - 1, 0)), (r, bc))
+    while node is not None:
+        yield node, b
+        node = node.parent
+
+
+def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mode, str, str]:
+    """(mode, reason, header indentation) at a cursor inside `doc`."""
+    line = doc.line_body(row)
+    left, right = line[:col], line[col:]
+    if _binary(line) or _binary(left[-200:]):
+        return Mode.NONE, "binary", ""
+    if right[:1].isalnum() or right[:1] == "_":
+        return Mode.NONE, "mid-identifier", ""
+    in_args = False
+    if doc.tree is not None:
+        for node, b in _ancestors(doc, row, col):
+            if node.type in COMMENT_TYPES and node.start_byte < b <= node.end_byte:
+                if not config.comments:
+                    return Mode.NONE, "comment", ""
+            elif node.type in STRING_TYPES and node.start_byte < b < node.end_byte:
+                return Mode.NONE, "string", ""
+            elif node.type in ARGUMENT_TYPES and node.start_byte < b < node.end_byte:
+                in_args = True
+    # An unclosed "(" parses as an ERROR node, not an argument list: the text tells then.
+    in_args = in_args or _open_parens(left) > 0
+    rest = right.strip()
+    only_closers = all(ch in CLOSERS or ch in QUOTES or ch in ";,: " for ch in rest)
+    openers = doc.syntax.block_openers
+    if left.strip() == "" and not rest:
+        prev = _previous_nonblank(doc, row)
+        if prev is not None and body(doc.lines[prev]).rstrip().endswith(openers):
+            return Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev))
+    if left.rstrip().endswith(openers) and (not rest or rest in ("}",)) and not in_args:
+        return Mode.BLOCK, "after a block opener", _indent(line)
+    if in_args:
+        return Mode.ARGS, "argument list", _indent(line)
+    if only_closers:
+        return Mode.LINE, "rest of line", _indent(line)
+    return Mode.NONE, "text right of the cursor", ""
+
+
+def _open_parens(left: str) -> int:
+    depth = 0
+    for ch in left:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+    return depth
+
+
+def _previous_nonblank(doc: Document, row: int) -> int | None:
+    for r in range(row - 1, max(-1, row - 50), -1):
+        if doc.lines[r].strip():
+            return r
+    return None
+
+
+def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig) -> Snapshot:
+    mode, reason, indent = detect(doc, row, col, config)
+    return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines), row, col, mode, reason, indent, config)
+
+
+def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> str:
+    """Join as many whole pieces (lines, nearest the cursor first) as fit in `budget` tokens."""
+    taken: list[str] = []
+    est = 0.0
+    for p in pieces:
+        cost = len(p) / CHARS_PER_TOKEN
+        if taken and est + cost > budget:
+            break
+        taken.append(p)
+        est += cost
+    text = "".join(reversed(taken) if from_end else taken)
+    real = count(text)
+    while real > budget and len(taken) > 1:  # the estimate was low: drop far lines proportionally
+        taken = taken[:max(1, int(len(taken) * budget / real) - 1)]
+        text = "".join(reversed(taken) if from_end else taken)
+        real = count(text)
+    if real > budget:  # one piece alone is too long (e.g. a 20k-character line): cut inside it
+        keep = int(budget * CHARS_PER_TOKEN)
+        text = text[-keep:] if from_end else text[:keep]
+    return text
+
+
+def build(snap: Snapshot, count: Callable[[str], int]) -> Context:
+    cfg = snap.config
+    suffix_budget = max(8, int(cfg.context_tokens * cfg.suffix_share))
+    prefix_budget = max(8, cfg.context_tokens - suffix_budget)
+    lines, row = snap.lines, snap.row
+    line = lines[row]
+    left, rest_of_line = line[:snap.col], line[snap.col:]
+
+    def before():
+        yield left
+        for r in range(row - 1, -1, -1):
+            yield lines[r]
+
+    def after():
+        yield rest_of_line
+        for r in range(row + 1, len(lines)):
+            yield lines[r]
+
+    prefix = _fit(before(), prefix_budget, count, from_end=True)
+    suffix = _fit(after(), suffix_budget, count, from_end=False)
+    span = cfg.block_tokens if snap.mode is Mode.BLOCK else cfg.line_tokens
+    first = row - prefix.count("\n")
+    last = row + suffix.count("\n")
+    return Context(prefix, suffix, span, first, last)

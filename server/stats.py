@@ -1,0 +1,45 @@
+"""Local counters behind `redraft/stats`: requests, outcomes, user feedback, latency.
+
+Nothing here leaves the machine. Latency is kept for the last LATENCY_WINDOW answered
+requests (milliseconds from the request's arrival to its answer) and reported as p50/p95.
+
+It knows nothing of LSP or the engine.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+LATENCY_WINDOW = 1000
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return s[k]
+
+
+@dataclass
+class Counters:
+    requests: int = 0  # inlineCompletion requests received
+    answered: int = 0  # answered with at least one item
+    empty: int = 0  # answered with an empty list (nothing worth showing, disabled, bad input)
+    cancelled: int = 0  # superseded by a newer request or cancelled by the client
+    errors: int = 0  # failed inside the server (logged, answered empty)
+    model_runs: int = 0  # engine calls that finished
+    type_through: int = 0  # answered from the suggestion on screen, no model run
+    shown: int = 0  # textDocument/didShowCompletion
+    accepted: int = 0  # the accept command
+    partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
+    peak_in_flight: int = 0  # most engine jobs queued or running for one document at once
+    latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "latencies"}
+        lat = list(self.latencies)
+        d["latency_ms"] = {"p50": round(percentile(lat, 0.5), 3), "p95": round(percentile(lat, 0.95), 3),
+                           "count": len(lat)}
+        return d

@@ -1,0 +1,38 @@
+"""The shipped default models load by name and complete code."""
+
+import subprocess
+import sys
+
+import pytest
+
+from redraft.engine import SHIPPED, Engine
+
+
+@pytest.fixture(scope="module", params=SHIPPED)
+def engine(request):
+    return Engine.load(request.param)
+
+
+def test_shipped_models_load_by_name(engine):
+    cfg = engine.model_config
+    assert cfg.family == "redraft" and cfg.shifted
+    assert cfg.attention == ("causal" if engine.name == "redraft-ar" else "context_causal")
+    params = sum(p.numel() for p in engine.model.parameters())
+    assert 8e6 < params < 20e6
+
+
+def test_shipped_models_complete_a_snippet(engine):
+    prefix = "import os\n\n\ndef read_text(path):\n    with open(path) as f:\n        return f."
+    out = engine.infill(prefix, "\n", sampler=engine.config.sampler.with_(span=16))
+    assert out.text.strip(), out
+    assert "<|" not in out.text
+    assert out.stats.forwards >= 1 and out.stats.span_tokens == len(out.token_ids)
+
+
+def test_complete_uses_the_default_model(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def add(a, b):\n    return \n")
+    out = subprocess.run([sys.executable, "-m", "redraft.server.cli", "complete", f"{f}:2:12", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert '"model": "redraft-diffusion"' in out.stdout

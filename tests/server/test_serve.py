@@ -1,0 +1,60 @@
+"""`redraft serve` as a command: TCP transport and argument errors, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+SERVE = [sys.executable, "-m", "redraft.server.cli", "serve"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_message(sock: socket.socket) -> dict:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    header, body = data.split(b"\r\n\r\n", 1)
+    length = int(next(h for h in header.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+    while len(body) < length:
+        body += sock.recv(4096)
+    return json.loads(body[:length])
+
+
+def test_serve_over_tcp_answers_initialize(tiny_model):
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*SERVE, "--tcp", str(port), "--model", str(tiny_model)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "server did not start listening"
+                time.sleep(0.1)
+        with sock:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                               "params": {"processId": None, "rootUri": None, "capabilities": {}}}).encode()
+            sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            reply = _read_message(sock)
+        assert reply["id"] == 1
+        assert "inlineCompletionProvider" in reply["result"]["capabilities"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_serve_rejects_a_bad_port():
+    out = subprocess.run([*SERVE, "--tcp", "70000"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--tcp" in out.stderr and "Traceback" not in out.stderr

@@ -85,6 +85,8 @@ class SamplerConfig:
     top_p: float = 1.0
     refresh_every: int = 0  # recompute the context keys/values every R steps ("full" attention); 0 = never
     end_fills_rest: bool = True  # once an end token is committed, positions after it become padding
+    end_in_order: bool = True  # an end token is committed only after every position before it
+    block_size: int = 0  # > 0: semi-autoregressive blocks of this many tokens, left to right
     heal: bool = True  # token healing when the prefix ends inside a token
     seed: int = 0
 

@@ -61,7 +61,9 @@ class Engine:
         dev = self.device
         self._end_ids = torch.tensor(sorted(mc.end_token_ids) or [0], dtype=torch.long, device=dev)
         self._pad_id = mc.pad_token_id if mc.pad_token_id is not None else int(self._end_ids[0])
-        self._banned = sorted({mc.mask_token_id} - {None}) if mc.mask_token_id is not None else []
+        # Never produced: the mask, and special tokens other than the end/pad ones (sentinels,
+        # chat markers) — code does not contain them.
+        self._banned = sorted((set(tokenizer.special_ids) | {mc.mask_token_id}) - set(mc.end_token_ids) - {None})
         self._vocab_limit = min(tokenizer.vocab_size, mc.vocab_size)
         self._caches: OrderedDict[str, ContextCache] = OrderedDict()
 

@@ -132,6 +132,10 @@ class Denoiser:
             logits = self.model.logits(hidden[b_idx, a_idx - shift])
             self._constrain(logits, b_idx, a_idx - batch.span_at)
             c = choose(logits, self.scfg, gen)
+            if self.scfg.end_in_order:
+                self._defer_early_ends(c, b_idx, a_idx, masked)
+            if self.scfg.block_size:
+                self._outside_block(c, b_idx, a_idx, masked, batch.span_at)
             if steps == 1 and self.scfg.length_choice == "first_step" and batch.B > 1:
                 keep = self._best_rows_first_step(b_idx, c.top_logp, batch)
                 if keep is not None:
@@ -218,6 +222,30 @@ class Denoiser:
             k = min(k, rows.numel())
             commit[rows[s.topk(k).indices]] = True
         return commit
+
+    def _defer_early_ends(self, c: Choice, b_idx, a_idx, masked) -> None:
+        """An end token may be committed only where nothing before it is still masked.
+
+        Trailing padding is the easiest thing to predict, so without this a model that was
+        trained with padded spans commits the padding first and then ends the span early.
+        """
+        ended = torch.isin(c.tokens, self.end_ids)
+        if not bool(ended.any()):
+            return
+        first_masked = torch.where(masked, torch.arange(masked.shape[1], device=masked.device),
+                                   masked.shape[1]).min(1).values
+        early = ended & (a_idx > first_masked[b_idx])
+        c.score[early] = -1.0  # below any threshold; still chosen if nothing else is (never: the first is eligible)
+
+    def _outside_block(self, c: Choice, b_idx, a_idx, masked, span_at: int) -> None:
+        """Semi-autoregressive blocks (LLaDA / Fast-dLLM): only the leftmost block that still
+        has masks may be unmasked; the threshold decides how many of its tokens go per step."""
+        n = self.scfg.block_size
+        idx = torch.arange(masked.shape[1], device=masked.device)
+        first = torch.where(masked, idx, masked.shape[1]).min(1).values  # first masked position per row
+        block_start = span_at + (first - span_at) // n * n
+        outside = a_idx >= block_start[b_idx] + n
+        c.score[outside] = -2.0  # never above the threshold, and below every in-block position
 
     def _fill_after_end(self, x, masked, cb, ca, tokens) -> None:
         ended = torch.isin(tokens, self.end_ids)

@@ -47,10 +47,11 @@ DRAFT_SHARE = 0.15
 class Rows:
     """An endless, seeded stream of training batches from a corpus split."""
 
-    def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool):
+    def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool, context_ar: bool = False):
         self.docs = [d["text"] for d in docs if len(d["text"]) > 200]
         self.weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
         self.tok, self.T, self.B, self.seed, self.diffusion = tok, T, B, seed, diffusion
+        self.context_ar = context_ar
         self.end = tok.token_to_id(END)
         self.mask = tok.token_to_id(MASK)
 
@@ -80,6 +81,7 @@ class Rows:
         weight = torch.zeros(self.B, self.T)
         ctx = torch.zeros(self.B, dtype=torch.long)
         stop = torch.zeros(self.B, dtype=torch.long)
+        ar_weight = torch.zeros(self.B, self.T)
         for b, r in enumerate(rows):
             row = list(r.ids)
             t = 0.02 + 0.98 * rng.random()
@@ -98,7 +100,10 @@ class Rows:
             ids[b, :len(row)] = torch.tensor(row)
             ctx[b] = r.span_at - 1  # <|fim_middle|> opens the span block
             stop[b] = len(row)
-        return dict(ids=ids, target=target, weight=weight, causal=False, ctx=ctx, stop=stop)
+            if self.context_ar:  # the context attends causally: each position may predict the next
+                target[b, :r.span_at - 2] = torch.tensor(r.ids[1:r.span_at - 1])
+                ar_weight[b, :r.span_at - 2] = 1.0
+        return dict(ids=ids, target=target, weight=weight, causal=False, ctx=ctx, stop=stop, ar_weight=ar_weight)
 
 
 def span_mask(ctx: torch.Tensor, stop: torch.Tensor, T: int, full: bool = False) -> torch.Tensor:
@@ -120,10 +125,17 @@ def loss_of(model: DiffusionLM, batch: dict) -> torch.Tensor:
     pos = torch.arange(T).expand(B, T)
     mask = None if batch["causal"] else span_mask(batch["ctx"], batch["stop"], T, batch.get("full", False))
     hidden = model(ids, pos, causal=batch["causal"], mask=mask)
-    w = batch["weight"]
+    loss = _weighted_ce(model, hidden, batch["target"], batch["weight"])
+    if "ar_weight" in batch and bool((batch["ar_weight"] > 0).any()):
+        # Next-token loss on the causal context: its own mean, so the span keeps its weight.
+        loss = loss + _weighted_ce(model, hidden, batch["target"], batch["ar_weight"])
+    return loss
+
+
+def _weighted_ce(model: DiffusionLM, hidden, target, w) -> torch.Tensor:
     sel = w > 0
     logits = model.lm_head(hidden[sel]).float()
-    ce = F.cross_entropy(logits, batch["target"][sel], reduction="none")
+    ce = F.cross_entropy(logits, target[sel], reduction="none")
     return (ce * w[sel]).sum() / sel.sum().clamp_min(1)
 
 
@@ -212,12 +224,16 @@ def train(args) -> Path:
         print(f"resumed at step {step}", file=sys.stderr)
     diffusion = args.objective == "diffusion"
     corpus = Path(args.corpus)
-    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion)
+    if args.context_ar and (not diffusion or args.attention != "context_causal"):
+        raise SystemExit("--context-ar needs --objective diffusion with --attention context_causal")
+    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar)
+    # Validation loss without the context term, so runs with and without it compare.
     valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion)
     valid_batches = [dict(valid.batch(10_000_000 + i), full=args.attention == "full")
                      for i in range(args.valid_batches)]
     meta = {"objective": args.objective, "seq": args.seq, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-            "init": args.init, "steps": args.steps, "shape": shape, "attention": args.attention}
+            "init": args.init, "steps": args.steps, "shape": shape, "attention": args.attention,
+            "context_ar": args.context_ar}
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc=args.objective, file=sys.stderr, mininterval=10)
     started = time.time()
@@ -299,6 +315,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--attention", choices=["context_causal", "full"], default="context_causal",
                     help="diffusion only: how the context attends (the span always sees everything)")
+    ap.add_argument("--context-ar", action="store_true",
+                    help="diffusion with context_causal attention: also a next-token loss on the context")
     ap.add_argument("--until", type=int, default=0, help="stop after this step (resume later with --resume)")
     ap.add_argument("--shape", help="JSON overrides of the model shape, e.g. '{\"num_hidden_layers\": 2}'")
     return ap

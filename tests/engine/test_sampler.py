@@ -33,9 +33,11 @@ def naive(engine: Engine, prefix: str, suffix: str, scfg: SamplerConfig) -> list
             h = model(ids, pos)[0, C + at + masked - shift]
             logits = model.logits(h)
         logits[:, engine._vocab_limit:] = float("-inf")
-        logits[:, cfg.mask_token_id] = float("-inf")
+        logits[:, engine._banned] = float("-inf")  # the mask and the non-end special tokens
         p = logits.softmax(-1)
         conf, tokens = p.max(-1)
+        early_end = torch.isin(tokens, ends) & (masked > masked.min())  # ends wait for what is before them
+        conf[early_end] = -1.0
         k = max(1, int((conf >= scfg.threshold).sum()))
         for j in conf.topk(k).indices.tolist():
             ids[0, C + at + masked[j]] = tokens[j]
@@ -175,7 +177,7 @@ def test_autoregressive_equals_naive_greedy(engines):
         for _ in range(8):
             logits = model.logits(model(torch.tensor([ids]), torch.arange(len(ids))[None], causal=True)[0, -1])
             logits[engine._vocab_limit:] = float("-inf")
-            logits[cfg.mask_token_id] = float("-inf")
+            logits[engine._banned] = float("-inf")
             t = int(logits.argmax())
             if t in cfg.end_token_ids:
                 break
@@ -192,7 +194,9 @@ def test_end_token_ends_the_span(tmp_path):
         engine.model.lm_head.weight.zero_()
     out = engine.infill("x = ", "\n", sampler=GREEDY)
     assert out.text == "" and out.token_ids == []
-    assert out.stats.steps < 8  # the rest became padding instead of being denoised
+    # Ends are committed in order, so the first position ends the span in one step and the
+    # rest becomes padding instead of being denoised.
+    assert out.stats.steps == 1
 
 
 @pytest.mark.parametrize("family", ["dream", "redraft"])
@@ -204,3 +208,26 @@ def test_step_cap_and_fixed_tokens_per_step(engines, family):
     assert fixed.stats.steps == 2
     one = engine.infill(*PROMPTS[0], sampler=GREEDY.with_(threshold=1.0, end_fills_rest=False))
     assert one.stats.steps == 8
+
+
+@pytest.mark.parametrize("family", ["dream", "redraft"])
+def test_semi_autoregressive_blocks_unmask_left_to_right(engines, family):
+    engine = engines[family]
+    cfg, tok = engine.model_config, engine.tokenizer
+    batch = make_batch([build_row(cfg, tok.encode(PROMPTS[0][0]), tok.encode(PROMPTS[0][1]), [], 12)],
+                       engine._pad_id, "cpu")
+    seen = []
+    d = Denoiser(engine.model, GREEDY.with_(span=12, block_size=4, threshold=0.0, end_fills_rest=False), [0],
+                 engine._end_ids, engine._pad_id, engine._banned,
+                 on_step=lambda step, den, b, x, masked, lp: seen.append(masked[0].clone()))
+    with torch.inference_mode():
+        d.run(batch)
+    at = batch.span_at
+    before = torch.ones_like(seen[0])
+    before[:at] = False
+    for step, masked in enumerate(seen):
+        opened = (before & ~masked).nonzero().flatten().tolist()
+        block = (step * 4 + at, step * 4 + at + 4)
+        assert opened == list(range(*block)), (step, opened)  # threshold 0: the whole block at once
+        before = masked
+    assert len(seen) == 3

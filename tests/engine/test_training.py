@@ -106,3 +106,14 @@ def test_resume_continues_exactly(tiny_corpus, tmp_path):
     a = load_file(str(tmp_path / "straight" / "last" / "model.safetensors"))
     b = load_file(str(tmp_path / "split" / "last" / "model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_context_next_token_loss_stays_in_the_context(tiny_corpus):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(tiny_corpus / "tok" / "tokenizer.json"))
+    b = train.Rows(corpus.read_split(tiny_corpus, "train"), tok, 128, 4, 0, diffusion=True, context_ar=True).batch(0)
+    for i in range(4):
+        c = int(b["ctx"][i])  # <|fim_middle|>
+        ar = (b["ar_weight"][i] > 0).nonzero().flatten()
+        assert ar.tolist() == list(range(c - 1))  # position j predicts j + 1, up to the token before <|fim_middle|>
+        assert torch.equal(b["target"][i, :c - 1], b["ids"][i, 1:c])

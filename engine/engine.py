@@ -143,6 +143,8 @@ class Engine:
                                 self._vocab_limit, reuse, cancel,
                                 None if on_draft is None else
                                 (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_draft)))
+            if stop is not None:
+                denoiser.stop = lambda b, ids: stop(self._text(ids, prepared[denoiser.alive[b]]))
             out = denoiser.run(batch)
             alive = denoiser.alive
 

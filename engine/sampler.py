@@ -92,6 +92,9 @@ class Denoiser:
     reuse: ContextCache | None = None
     cancel: object | None = None  # anything with is_set()
     on_step: Callable[[int, "Denoiser", Batch, torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None
+    # stop(row, ids) -> True once the row's unit is complete: ids are the span's tokens
+    # committed contiguously from its start (up to the first mask or end token).
+    stop: Callable[[int, list[int]], bool] | None = None
     alive: list[int] = field(init=False, default_factory=list)  # request index of each row still running
 
     def run(self, batch: Batch) -> Denoised:
@@ -154,6 +157,8 @@ class Denoiser:
             masked[cb, ca] = False
             if self.scfg.end_fills_rest:
                 self._fill_after_end(x, masked, cb, ca, c.tokens[commit])
+            if self.stop is not None:
+                self._stop_finished_units(x, masked, batch.span_at)
             if self.on_step is not None:
                 self.on_step(steps, self, batch, x, masked, logp)
             hidden = None
@@ -246,6 +251,22 @@ class Denoiser:
         block_start = span_at + (first - span_at) // n * n
         outside = a_idx >= block_start[b_idx] + n
         c.score[outside] = -2.0  # never above the threshold, and below every in-block position
+
+    def _stop_finished_units(self, x, masked, span_at: int) -> None:
+        """Rows whose committed beginning already completes the unit end here: the rest is padding."""
+        ends = set(self.end_ids.tolist())
+        for b in range(x.shape[0]):
+            if not bool(masked[b].any()):
+                continue
+            first = int(masked[b].nonzero()[0])
+            ids = []
+            for t in x[b, span_at:first].tolist():
+                if t in ends:
+                    break
+                ids.append(t)
+            if ids and self.stop(b, ids):
+                x[b, masked[b]] = self.pad_id
+                masked[b] = False
 
     def _fill_after_end(self, x, masked, cb, ca, tokens) -> None:
         ended = torch.isin(tokens, self.end_ids)

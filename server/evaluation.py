@@ -3,8 +3,9 @@
 For every sample (samples.py) the engine gets a plain prefix/suffix split of the file at
 the cursor, with the kind's span budget and otherwise one SamplerConfig for all kinds.
 The raw completion is checked for new parse errors (syntax.py), cut at the end of its unit
-and scored (metrics.py); causal checkpoints get the unit-end test as `stop`, so they stop
-decoding as soon as the unit ends. Per kind the report holds:
+and scored (metrics.py). Every model gets the unit-end test as `stop`: a causal one checks
+it per token, a diffusion one per step on the span's contiguously committed beginning, so
+both stop as soon as the unit is complete. Per kind the report holds:
 
   n                 samples scored
   exact_match, correct_prefix, edit_similarity, syntax_valid   means, in [0, 1]
@@ -56,9 +57,9 @@ def stop_rule(sample: Sample) -> Callable[[str], bool]:
 
 
 def complete(engine, source: Source, sample: Sample, sampler):
-    """Run the engine on one sample; causal checkpoints stop at the end of the unit."""
+    """Run the engine on one sample; it stops at the end of the unit."""
     prefix, suffix = sample.split(source.text)
-    stop = stop_rule(sample) if engine.model_config.is_causal else None
+    stop = stop_rule(sample)  # both kinds of model stop once the unit is complete
     engine.forget(CACHE_KEY)  # cold context: timings independent of the order of samples
     return engine.infill(prefix, suffix, sampler=sampler.with_(span=SPAN_BUDGET[sample.kind]),
                          cache_key=CACHE_KEY, stop=stop)

@@ -231,3 +231,13 @@ def test_semi_autoregressive_blocks_unmask_left_to_right(engines, family):
         assert opened == list(range(*block)), (step, opened)  # threshold 0: the whole block at once
         before = masked
     assert len(seen) == 3
+
+
+@pytest.mark.parametrize("family", ["dream", "redraft"])
+def test_stop_ends_a_diffusion_span_once_its_beginning_completes_the_unit(engines, family):
+    engine = engines[family]
+    scfg = GREEDY.with_(block_size=1, threshold=1.0, end_fills_rest=False)
+    seen = []
+    out = engine.infill(*PROMPTS[0], sampler=scfg, stop=lambda text: seen.append(text) or len(text) > 0)
+    assert out.stats.steps == 1 and len(out.token_ids) <= 1
+    assert engine.infill(*PROMPTS[0], sampler=scfg).stats.steps == 8

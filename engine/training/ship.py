@@ -43,7 +43,7 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
         "name": name,
         "parameters": sum(v.numel() for v in weights.values()),
         "objective": meta["objective"],
-        "init": meta.get("init"),
+        "init": "/".join(Path(meta["init"]).parts[-2:]) if meta.get("init") else None,  # e.g. ar/step-800
         "steps": state["step"],
         "tokens_seen": log[-1]["tokens"] if log else 0,
         "wall_seconds": log[-1]["seconds"] if log else 0,

@@ -54,13 +54,10 @@ def test_complete_json_has_text_and_stats(model, source):
     assert isinstance(data["text"], str)
 
 
-def test_default_model_missing_is_a_clear_message(source):
-    from redraft.engine.checkpoint import SHIPPED_DIR
-    if (SHIPPED_DIR / "redraft-diffusion" / "config.json").is_file():
-        pytest.skip("the default model is shipped")
-    out = redraft("complete", f"{source}:1:3")
+def test_unknown_model_name_is_a_clear_message(source):
+    out = redraft("complete", f"{source}:1:3", "--model", "redraft-nonexistent")
     assert out.returncode == 2
-    assert "not shipped" in out.stderr and "Traceback" not in out.stderr
+    assert "no checkpoint folder or known model" in out.stderr and "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize("position,message", [

@@ -167,6 +167,16 @@ class Engine:
             results.append(c)
         return results
 
+    def context_budget(self, span: int) -> int:
+        """Context tokens (prefix + suffix + extra) a request with this span may carry.
+
+        Positions past what the model was trained on are out of distribution, so the budget
+        stops there too. Callers that cut windows at line boundaries within this budget keep
+        the engine from trimming mid-line (which would shift the context every keystroke).
+        """
+        limit = min(self.config.max_context_tokens, self.model_config.max_position_embeddings)
+        return max(1, limit - span - 4 - len(self.model_config.segment_tokens))
+
     def count_tokens(self, text: str) -> int:
         """Tokens `text` takes in this model's tokenizer (context budgets are in tokens)."""
         return len(self.tokenizer.encode(text))
@@ -188,10 +198,7 @@ class Engine:
                 if ids:
                     healed, allowed = text, torch.tensor(ids, dtype=torch.long, device=self.device)
                     prefix = prefix[:-1]
-        # Positions past what the model was trained on are out of distribution: cap there too.
-        limit = min(self.config.max_context_tokens, self.model_config.max_position_embeddings)
-        budget = limit - max(scfg.candidate_lengths) - 4 - len(self.model_config.segment_tokens)
-        prefix, suffix, extra = fit(prefix, suffix, extra, max(budget, 1))
+        prefix, suffix, extra = fit(prefix, suffix, extra, self.context_budget(max(scfg.candidate_lengths)))
         return _Prepared(prefix, suffix, extra, healed, allowed)
 
     def _context_cache(self, key: str) -> ContextCache | None:

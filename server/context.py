@@ -166,10 +166,11 @@ def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> st
     return text
 
 
-def build(snap: Snapshot, count: Callable[[str], int]) -> Context:
+def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None) -> Context:
     cfg = snap.config
-    suffix_budget = max(8, int(cfg.context_tokens * cfg.suffix_share))
-    prefix_budget = max(8, cfg.context_tokens - suffix_budget)
+    total = cfg.context_tokens if limit is None else min(cfg.context_tokens, limit)  # limit: the model's
+    suffix_budget = max(8, int(total * cfg.suffix_share))
+    prefix_budget = max(8, total - suffix_budget)
     lines, row = snap.lines, snap.row
     line = lines[row]
     left, rest_of_line = line[:snap.col], line[snap.col:]

@@ -70,7 +70,8 @@ class Inference:
         engine = self.engine
         if flag.is_set() or engine is None or snap.mode is Mode.NONE:
             return Outcome(None, False)
-        ctx = context.build(snap, engine.count_tokens)
+        span_max = max(snap.config.line_tokens, snap.config.block_tokens)
+        ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
         sampler = engine.config.sampler.with_(span=ctx.span, lengths=())
         if snap.config.threshold is not None:
             sampler = sampler.with_(threshold=snap.config.threshold)

@@ -36,3 +36,12 @@ def test_complete_uses_the_default_model(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert '"model": "redraft-diffusion"' in out.stdout
+
+
+def test_contexts_stay_within_the_trained_positions(engine):
+    trained = engine.model_config.max_position_embeddings
+    assert trained == 512
+    long_prefix = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(400))
+    out = engine.infill(long_prefix, "\n" * 50 + "x = 1\n", sampler=engine.config.sampler.with_(span=16))
+    assert out.stats.context_tokens + 16 <= trained
+    assert engine.context_budget(16) + 16 < trained

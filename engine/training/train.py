@@ -36,7 +36,7 @@ from ..config import ModelConfig
 from ..model import DiffusionLM
 from .corpus import read_split
 from .examples import encode_example, sample_example
-from .formats import END, FIM_MIDDLE, MASK, model_config
+from .formats import END, MASK, model_config
 
 SHAPE = dict(vocab_size=12288, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
              num_attention_heads=8, num_key_value_heads=4, head_dim=32, rms_norm_eps=1e-6,
@@ -154,7 +154,7 @@ def save_state(folder: Path, model, opt, step: int, log: list, meta: dict, tok_d
     save_checkpoint(model, folder, cfg, dtype=torch.float32)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tok_dir / name, folder / name)
-    tensors, groups = {}, []
+    tensors = {}
     sd = opt.state_dict()
     for idx, st in sd["state"].items():
         for k, v in st.items():

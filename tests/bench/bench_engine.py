@@ -95,7 +95,6 @@ def bench_checkpoint(path: str, dtype: str, repeats: int) -> list[dict]:
             def once():
                 if cache_key:
                     engine.infill(prefix, suffix, sampler=SamplerConfig(span=span), cache_key=cache_key)
-                    t = time.perf_counter()
                     r = engine.infill(prefix + " ", suffix, sampler=SamplerConfig(span=span), cache_key=cache_key)
                 else:
                     engine.forget("bench")

@@ -191,6 +191,8 @@ def _redraft_fields(raw: dict, tokenizer: Tokenizer | None) -> dict:
         attention=str(raw.get("attention_pattern", "full")),
         layout=tuple(raw.get("layout", NATURAL_LAYOUT)),
         segment_tokens=tuple(sorted(sentinels.items())),
+        # redraft's diffusion models are trained to judge visible draft tokens (training/train.py)
+        draft_scoring=str(raw.get("draft_scoring", "visible")),
     )
 
 

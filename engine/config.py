@@ -48,8 +48,14 @@ class ModelConfig:
     layout: tuple[str, ...] = NATURAL_LAYOUT
     # Sentinel token id written before a segment (e.g. FIM markers); segment -> id.
     segment_tokens: tuple[tuple[str, int], ...] = ()
+    # How a seeded draft token is judged: "visible" reads the probability of the token as
+    # shown (models trained to repair visible drafts, like redraft's own); "masked" masks each
+    # draft token in turn and reads its probability (any masked-diffusion checkpoint).
+    draft_scoring: str = "masked"
 
     def __post_init__(self) -> None:
+        if self.draft_scoring not in ("visible", "masked"):
+            raise ValueError(f"draft_scoring must be 'visible' or 'masked', got {self.draft_scoring!r}")
         if self.attention not in ATTENTION_PATTERNS:
             raise ValueError(f"attention must be one of {ATTENTION_PATTERNS}, got {self.attention!r}")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -88,6 +94,16 @@ class SamplerConfig:
     end_in_order: bool = True  # an end token is committed only after every position before it
     block_size: int = 0  # > 0: semi-autoregressive blocks of this many tokens, left to right
     heal: bool = True  # token healing when the prefix ends inside a token
+    # Judging a seeded draft token: "keep" keeps it when the model gives it at least `draft_keep`;
+    # "override" keeps it unless the model gives another token at least `draft_keep` (the draft
+    # is evidence: a model that is unsure of a token leaves it as drafted).
+    draft_rule: str = "keep"
+    draft_keep: float = 0.5
+    draft_bonus: float = 0.0  # added to a seeded row's mean log-prob when candidates are compared
+    accept_whole_drafts: bool = True  # a draft kept whole answers at once; the other candidates stop
+    # Abstain (empty text) when the winner's mean log-prob is below this: a wrong suggestion
+    # costs the user more than none. -inf = always answer.
+    min_score: float = float("-inf")
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -99,6 +115,10 @@ class SamplerConfig:
             raise ValueError(f"unknown length_choice {self.length_choice!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError("threshold must be in [0, 1]")
+        if self.draft_rule not in ("keep", "override"):
+            raise ValueError(f"unknown draft_rule {self.draft_rule!r}")
+        if not 0.0 <= self.draft_keep <= 1.0:
+            raise ValueError("draft_keep must be in [0, 1]")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top_p must be in (0, 1]")
         if self.temperature < 0:

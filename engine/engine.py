@@ -22,7 +22,7 @@ from .cache import ContextCache
 from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, read_sampler_defaults, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
 from .errors import Cancelled, CheckpointError
-from .layout import build_row, fit
+from .layout import build_row, fit, seed_row
 from .model import DiffusionLM
 from .result import Completion, Draft, Stats
 from .sampler import Denoiser
@@ -36,6 +36,9 @@ class InfillRequest:
     prefix: str
     suffix: str = ""
     extra: str = ""  # extra context (definitions, recent edits), placed where the layout says
+    # Texts that may follow the cursor (e.g. a continuation of matching code elsewhere): each
+    # seeds one more candidate row, revised by the model instead of written from masks.
+    drafts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -61,6 +64,8 @@ class Engine:
         dev = self.device
         self._end_ids = torch.tensor(sorted(mc.end_token_ids) or [0], dtype=torch.long, device=dev)
         self._pad_id = mc.pad_token_id if mc.pad_token_id is not None else int(self._end_ids[0])
+        # what closes a seeded draft: the padding the model saw after spans, when it ends them
+        self._draft_end = self._pad_id if self._pad_id in self._end_ids.tolist() else int(self._end_ids[0])
         # Never produced: the mask, and special tokens other than the end/pad ones (sentinels,
         # chat markers) — code does not contain them.
         self._banned = sorted((set(tokenizer.special_ids) | {mc.mask_token_id}) - set(mc.end_token_ids) - {None})
@@ -102,11 +107,11 @@ class Engine:
 
     # -- infill --------------------------------------------------------------------------
 
-    def infill(self, prefix: str, suffix: str = "", extra: str = "", *, sampler: SamplerConfig | None = None,
+    def infill(self, prefix: str, suffix: str = "", extra: str = "", *, drafts=(), sampler: SamplerConfig | None = None,
                on_draft: Callable[[Draft], None] | None = None, cancel=None, cache_key: str = "default",
                stop: Callable[[str], bool] | None = None) -> Completion:
-        return self.infill_batch([InfillRequest(prefix, suffix, extra)], sampler=sampler, on_draft=on_draft,
-                                 cancel=cancel, cache_key=cache_key, stop=stop)[0]
+        return self.infill_batch([InfillRequest(prefix, suffix, extra, tuple(drafts))], sampler=sampler,
+                                 on_draft=on_draft, cancel=cancel, cache_key=cache_key, stop=stop)[0]
 
     @torch.inference_mode()
     def infill_batch(self, requests: list[InfillRequest], *, sampler: SamplerConfig | None = None,
@@ -120,11 +125,18 @@ class Engine:
         scfg = sampler or self.config.sampler
         t0 = time.perf_counter()
         prepared = [self._prepare(r, scfg) for r in requests]
-        rows, owners = [], []
-        for i, p in enumerate(prepared):
+        rows, owners, sources = [], [], []  # sources: draft index of each row, -1 for all-mask rows
+        for i, (r, p) in enumerate(zip(requests, prepared)):
             for length in scfg.candidate_lengths:
                 rows.append(build_row(self.model_config, p.prefix, p.suffix, p.extra, length))
                 owners.append(i)
+                sources.append(-1)
+            if self.model_config.is_causal:
+                continue  # causal models decode left to right: a draft has nothing to seed
+            for d, ids in enumerate(self._draft_ids(r.drafts, p, scfg)):
+                rows.append(seed_row(build_row(self.model_config, p.prefix, p.suffix, p.extra, len(ids)), ids))
+                owners.append(i)
+                sources.append(d)
         batch = make_batch(rows, self._pad_id, self.device)
         tokenize_ms = (time.perf_counter() - t0) * 1000
         first_allowed = {i: p.allowed for i, p in enumerate(prepared) if p.allowed is not None}
@@ -147,10 +159,16 @@ class Engine:
                 denoiser.stop = lambda b, ids: stop(self._text(ids, prepared[denoiser.alive[b]]))
             out = denoiser.run(batch)
             alive = denoiser.alive
+        row_index = {id(row): n for n, row in enumerate(rows)}  # rows survive pruning as the same objects
 
-        best: dict[int, tuple[float, int]] = {}  # request -> (mean log-prob, row): the length that wins
+        best: dict[int, tuple[float, int]] = {}  # request -> (mean log-prob, row): the candidate that wins
         for r, req in enumerate(alive):
-            lp = self._mean_logp(out.logp[r], out.x[r], out.batch.rows[r].length, out.batch.span_at)
+            if getattr(out, "score", None) is not None:
+                lp = float(out.score[r])
+                if sources[row_index[id(out.batch.rows[r])]] >= 0:
+                    lp += scfg.draft_bonus
+            else:
+                lp = self._mean_logp(out.logp[r], out.x[r], out.batch.rows[r].length, out.batch.span_at)
             if req not in best or lp > best[req][0]:
                 best[req] = (lp, r)
         total_ms = (time.perf_counter() - t0) * 1000
@@ -159,11 +177,17 @@ class Engine:
             r = best[i][1]
             row = out.batch.rows[r]
             ids, confs = self._span(out.x[r], out.conf[r], row.length, out.batch.span_at)
-            c = Completion(self._text(ids, prepared[i]), ids, confs, row.length, healed=prepared[i].healed)
+            c = Completion(self._text(ids, prepared[i]), ids, confs, row.length, healed=prepared[i].healed,
+                           score=best[i][0] - (scfg.draft_bonus if sources[row_index[id(row)]] >= 0 else 0.0))
+            if best[i][0] < scfg.min_score:  # with the draft bonus: a draft is evidence too
+                c.text, c.token_ids, c.confidences, c.abstained = "", [], [], True
+            kept = getattr(out, "kept", None)
             c.stats = Stats(context_tokens=len(row.ctx_ids) + out.batch.span_at, reused_tokens=out.reused,
                             span_tokens=len(c.token_ids), steps=out.steps, forwards=out.forwards, rows=out.rows_run,
                             tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
-                            total_ms=total_ms)
+                            total_ms=total_ms, drafts=sum(1 for o, s in zip(owners, sources) if o == i and s >= 0),
+                            draft=sources[row_index[id(row)]],
+                            draft_kept=0 if kept is None else int(kept[r]))
             results.append(c)
         return results
 
@@ -200,6 +224,20 @@ class Engine:
                     prefix = prefix[:-1]
         prefix, suffix, extra = fit(prefix, suffix, extra, self.context_budget(max(scfg.candidate_lengths)))
         return _Prepared(prefix, suffix, extra, healed, allowed)
+
+    def _draft_ids(self, drafts: tuple[str, ...], p: _Prepared, scfg: SamplerConfig) -> list[list[int]]:
+        """Token ids of each usable draft, ending with an end token (the draft's length is the
+        span length it proposes); drafts that are empty, repeated or too long are skipped."""
+        out, seen = [], set()
+        limit = max(scfg.candidate_lengths) * 2
+        for text in drafts:
+            if not text or text in seen:
+                continue
+            seen.add(text)
+            ids = self.tokenizer.encode(p.healed + text) + [self._draft_end]
+            if len(ids) <= limit:
+                out.append(ids)
+        return out
 
     def _context_cache(self, key: str) -> ContextCache | None:
         if self.model_config.attention == "full":

@@ -58,6 +58,13 @@ def build_row(cfg: ModelConfig, prefix: list[int], suffix: list[int], extra: lis
     return Row(before + after, pos_before + pos_after, [mask] * length, span_pos, 0, length)
 
 
+def seed_row(row: Row, draft: list[int]) -> Row:
+    """The row with its span holding `draft` (len(draft) == row.length) instead of masks."""
+    act = list(row.act_ids)
+    act[row.span_at:row.span_at + len(draft)] = draft
+    return Row(row.ctx_ids, row.ctx_pos, act, row.act_pos, row.span_at, row.length)
+
+
 def fit(prefix: list[int], suffix: list[int], extra: list[int], budget: int) -> tuple[list[int], list[int], list[int]]:
     """Trim to at most `budget` context tokens: extra goes first, then the far ends of prefix/suffix."""
     over = len(prefix) + len(suffix) + len(extra) - budget

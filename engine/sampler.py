@@ -6,6 +6,13 @@ and commits every position whose score clears the threshold — at least one per
 when a step cap demands it, or a fixed number per step. Context keys/values come from the
 cache; for "full"-attention models they were computed with the span all-masked and can be
 refreshed every R steps (R = 1 is exact full recomputation).
+
+Seeded rows (drafts): span positions that start with a token instead of the mask are a
+draft to revise. One forward judges every draft token (see `_judge_drafts`); the tokens
+the model agrees with stay, the others are re-masked and denoised as usual. A draft kept
+whole answers its request at once. When a request has several rows (drafts, the plain
+all-mask row, span lengths), one last forward scores every finished row the same way so
+they can be compared (`Denoised.score`).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from .cache import ContextCache, KVCache
 from .config import SamplerConfig
 from .errors import Cancelled
 from .model import DiffusionLM
+
+MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
 
 @dataclass
@@ -77,6 +86,8 @@ class Denoised:
     generate_ms: float = 0.0
     reused: int = 0
     rows_run: int = 0
+    kept: torch.Tensor | None = None  # [B] draft tokens each row kept (0 for plain rows)
+    score: torch.Tensor | None = None  # [B] mean log-prob of each row's span under one scoring
 
 
 @dataclass
@@ -118,12 +129,38 @@ class Denoiser:
         x = batch.act_ids.clone()
         span = torch.zeros_like(batch.act_valid)
         span[:, batch.span_at:] = True
-        masked = span & batch.act_valid
+        mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else 0
+        seeded = span & batch.act_valid & (x != mask_id)
+        masked = span & batch.act_valid & ~seeded
         conf = torch.ones(x.shape, dtype=torch.float32, device=x.device)
         logp = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-        max_steps = self.scfg.max_steps or int(masked.sum(1).max())
+        kept = torch.zeros(batch.B, dtype=torch.long)
         steps = forwards = 0
         rows_run = batch.B
+        if bool(seeded.any()):
+            if self.cancel is not None and self.cancel.is_set():
+                raise Cancelled()
+            lp, other, forwards = self._judge_drafts(batch, kv, kvalid, x, seeded)
+            bar = math.log(max(self.scfg.draft_keep, 1e-12))
+            keep = seeded & ((lp >= bar) if self.scfg.draft_rule == "keep" else (other < bar))
+            logp[keep], conf[keep] = lp[keep], lp[keep].exp()
+            drop = seeded & ~keep
+            x[drop], masked[drop] = mask_id, True
+            kept = keep.sum(1).cpu()
+            steps = 1
+            whole = seeded.any(1) & ~drop.any(1)
+            if self.scfg.accept_whole_drafts and bool(whole.any()):
+                sel = self._accept_whole(whole, batch.B)
+                if sel is not None:
+                    batch, kv = batch.select(sel), _select(kv, sel)
+                    x, masked, conf, logp, kept = x[sel], masked[sel], conf[sel], logp[sel], kept[sel]
+                    seeded = seeded[sel]
+                    kvalid = None if kvalid is None else kvalid[sel]
+            if self.on_step is not None:
+                self.on_step(steps, self, batch, x, masked, logp)
+        judged = steps  # the judging forward is not one of the capped denoising steps
+        denoised = bool(masked.any())
+        max_steps = self.scfg.max_steps or int(masked.sum(1).max())
         while bool(masked.any()):
             if self.cancel is not None and self.cancel.is_set():
                 raise Cancelled()
@@ -139,7 +176,7 @@ class Denoiser:
                 self._defer_early_ends(c, b_idx, a_idx, masked)
             if self.scfg.block_size:
                 self._outside_block(c, b_idx, a_idx, masked, batch.span_at)
-            if steps == 1 and self.scfg.length_choice == "first_step" and batch.B > 1:
+            if steps - judged == 1 and self.scfg.length_choice == "first_step" and batch.B > 1:
                 keep = self._best_rows_first_step(b_idx, c.top_logp, batch)
                 if keep is not None:
                     batch, kv = batch.select(keep), _select(kv, keep)
@@ -149,7 +186,7 @@ class Denoiser:
                     sel = torch.tensor([int(b) in remap for b in b_idx.tolist()], dtype=torch.bool)
                     b_idx = torch.tensor([remap[int(b)] for b in b_idx[sel].tolist()], dtype=torch.long)
                     a_idx, c = a_idx[sel], Choice(*(t[sel] for t in c.__dict__.values()))
-            commit = self._commit_mask(b_idx, c.score, masked, steps, max_steps, batch.B)
+            commit = self._commit_mask(b_idx, c.score, masked, steps - judged, max_steps, batch.B)
             cb, ca = b_idx[commit], a_idx[commit]
             x[cb, ca] = c.tokens[commit]
             conf[cb, ca] = c.prob[commit]
@@ -164,8 +201,97 @@ class Denoiser:
             hidden = None
             if full and bool(masked.any()) and self.scfg.refresh_every and steps % self.scfg.refresh_every == 0:
                 hidden = self._full_pass(batch, kv, x)
+        score = None
+        if batch.B > len(set(self.alive)) or bool(seeded.any()):
+            # rows written only by the judging forward already hold that scoring's log-probs
+            score, n = self._score_rows(batch, kv, kvalid, x, logp, rescore=denoised)
+            forwards += n
         gen_ms = (time.perf_counter() - t1) * 1000
-        return Denoised(batch, x, conf, logp, steps, forwards, encode_ms, gen_ms, reused, rows_run)
+        return Denoised(batch, x, conf, logp, steps, forwards, encode_ms, gen_ms, reused, rows_run, kept, score)
+
+    # -- drafts ----------------------------------------------------------------------------
+
+    def _judge_drafts(self, batch: Batch, kv: KVCache, kvalid, x, seeded) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """[B, A] log-probability the model gives each seeded token, [B, A] the largest it gives
+        any other token (-inf off the seeds), and the forwards it took.
+
+        "visible": one forward with the drafts as they are; the model was trained to predict
+        the right token at a visible, possibly wrong, one. "masked": each draft token masked
+        in a copy of its row, all copies in one batched pass (chunked to bound the memory of
+        the copied keys/values) - the marginal any masked-diffusion model can give.
+        """
+        cfg = self.model.config
+        lp = torch.full(x.shape, float("-inf"), dtype=torch.float32, device=x.device)
+        other = lp.clone()
+        b_idx, a_idx = seeded.nonzero(as_tuple=True)
+        if cfg.draft_scoring == "visible" or cfg.attention == "full":
+            # ("full" attention keeps the context keys of an all-masked span: a visible draft
+            # is the closest judgement available without recomputing the whole context.)
+            hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
+            lp[b_idx, a_idx], other[b_idx, a_idx] = self._token_logp(
+                hidden[b_idx, a_idx - (1 if cfg.shifted else 0)], x[b_idx, a_idx], b_idx, a_idx - batch.span_at)
+            return lp, other, 1
+        mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else 0
+        forwards = 0
+        for lo in range(0, b_idx.numel(), MARGINAL_CHUNK):
+            b, a = b_idx[lo:lo + MARGINAL_CHUNK], a_idx[lo:lo + MARGINAL_CHUNK]
+            n = torch.arange(b.numel(), device=x.device)
+            xs = x[b].clone()
+            xs[n, a] = mask_id
+            sub = KVCache.__new__(KVCache)
+            sub.k, sub.v = [t.index_select(0, b) for t in kv.k], [t.index_select(0, b) for t in kv.v]
+            hidden = self.model(xs, batch.act_pos[b], sub, start=batch.C,
+                                key_valid=None if kvalid is None else kvalid[b])
+            lp[b, a], other[b, a] = self._token_logp(hidden[n, a - (1 if cfg.shifted else 0)], x[b, a], b,
+                                                     a - batch.span_at)
+            forwards += 1
+        return lp, other, forwards
+
+    def _token_logp(self, hidden, tokens, b_idx, span_idx) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability of `tokens` and the largest log-probability of any other token."""
+        logits = self.model.logits(hidden).float()
+        self._constrain(logits, b_idx, span_idx)
+        logp = torch.log_softmax(logits, dim=-1)
+        own = logp.gather(-1, tokens[:, None]).squeeze(-1)
+        return own, logp.scatter(-1, tokens[:, None], float("-inf")).max(-1).values
+
+    def _accept_whole(self, whole, B: int) -> torch.Tensor | None:
+        """Rows to keep when some drafts were kept whole: per such request, its first whole
+        draft alone (drafts come ranked by the caller); other requests keep all their rows."""
+        owners = self.alive
+        best: dict[int, int] = {}
+        for b in whole.nonzero(as_tuple=True)[0].tolist():
+            best.setdefault(owners[b], b)
+        keep = sorted(set(best.values()) | {b for b in range(B) if owners[b] not in best})
+        if len(keep) == B:
+            return None
+        self.alive = [owners[b] for b in keep]
+        return torch.tensor(keep, dtype=torch.long)
+
+    def _score_rows(self, batch: Batch, kv: KVCache, kvalid, x, logp, rescore: bool) -> tuple[torch.Tensor, int]:
+        """[B] mean log-prob of each row's span up to its first end token, one scoring for all.
+
+        Models that judge visible tokens get one more forward with every span token shown;
+        others are scored by the log-probabilities their tokens had when committed.
+        """
+        cfg = self.model.config
+        ends = torch.isin(x, self.end_ids)
+        span = torch.zeros_like(batch.act_valid)
+        span[:, batch.span_at:] = True
+        span &= batch.act_valid
+        # positions up to and including the first end token
+        after_end = (torch.cumsum((ends & span).long(), dim=1) - (ends & span).long()) > 0
+        use = span & ~after_end
+        n = 0
+        if rescore and cfg.draft_scoring == "visible" and cfg.attention != "full":
+            b_idx, a_idx = use.nonzero(as_tuple=True)
+            hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
+            logp = torch.zeros_like(logp)
+            logp[b_idx, a_idx] = self._token_logp(hidden[b_idx, a_idx - (1 if cfg.shifted else 0)],
+                                                  x[b_idx, a_idx], b_idx, a_idx - batch.span_at)[0]
+            n = 1
+        total = (logp * use).sum(1)
+        return total / use.sum(1).clamp_min(1), n
 
     # -- pieces ----------------------------------------------------------------------------
 

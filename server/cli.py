@@ -47,9 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("complete", help="complete the code at FILE:LINE:COL and print the text")
     c.add_argument("position", metavar="FILE:LINE:COL")
     _model_args(c)
-    c.add_argument("--span", type=int, default=32, help="span budget in tokens (default 32)")
+    c.add_argument("--span", type=int, default=None, help="span budget in tokens (default: the server's, "
+                                                          "16 for a line, 48 for a block)")
     c.add_argument("--threshold", type=float, default=None,
                    help="unmasking confidence threshold (default: the model's, else 0.9)")
+    c.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
+                   help="drafts from the file itself: seed the model with them (default), use them alone, "
+                        "or not at all")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
     c.set_defaults(run=_complete)
@@ -64,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     ei.add_argument("--seed", type=int, default=0)
     ei.add_argument("--kinds", default=None, help="comma-separated kinds "
                                                   "(default rest_of_line,next_line,block,node)")
+    ei.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
+                    help="drafts from the same file: seed the model (the server's default), alone, or off")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.set_defaults(run=_eval_infill)
 
@@ -135,6 +141,17 @@ def _serve(args) -> int:
 
 
 def _complete(args) -> int:
+    """What the server would show at FILE:LINE:COL: its snapshot, drafts, engine call and
+    post-processing, on the file as it is on disk."""
+    from dataclasses import replace
+
+    from .context import find_drafts, take_snapshot
+    from .document import Document
+    from .drafts import DraftIndex
+    from .inference import complete_from_drafts, run_engine
+    from .languages import syntax_for
+    from .settings import ServerConfig, parse
+
     path, line, col = parse_position(args.position)
     try:
         text = path.read_text(encoding="utf-8")
@@ -142,30 +159,47 @@ def _complete(args) -> int:
         raise UserError(f"{path}: no such file") from None
     except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
         raise UserError(f"{path}: cannot read as UTF-8 text ({e.__class__.__name__})") from None
-    prefix, suffix = split_at(text, line, col)
-    engine = _load_engine(args)
-    try:
-        changes = dict(span=args.span, seed=args.seed)
-        if args.threshold is not None:
-            changes["threshold"] = args.threshold
-        sampler = engine.config.sampler.with_(**changes)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    result = engine.infill(prefix, suffix, sampler=sampler)
-    if args.json:
-        s = result.stats
-        print(json.dumps({"text": result.text, "ms": round(s.total_ms, 3), "steps": s.steps, "forwards": s.forwards,
-                          "context_tokens": s.context_tokens, "span_tokens": s.span_tokens,
-                          "model": engine.name, "stats": s.as_dict()}, ensure_ascii=False))
+    prefix, _ = split_at(text, line, col)
+    options = {"drafts": args.drafts, "threshold": args.threshold}
+    if args.span is not None:
+        options.update(lineTokens=args.span, blockTokens=args.span)
+    config, problems = parse(options, ServerConfig())
+    if problems:
+        raise UserError("; ".join(problems))
+    uri = path.resolve().as_uri()
+    doc = Document(uri, text, 1, "", syntax_for("", str(path)))
+    row, column = prefix.count("\n"), len(prefix) - (prefix.rfind("\n") + 1)
+    snap = take_snapshot(doc, row, column, config)
+    if config.drafts != "off":
+        snap = replace(snap, drafts=find_drafts(doc, DraftIndex(doc.lines), row, column, snap.mode,
+                                                config.max_lines))
+    engine = None if config.drafts == "only" else _load_engine(args)
+    if engine is not None:
+        engine.config = replace(engine.config, sampler=engine.config.sampler.with_(seed=args.seed))
+        answer = run_engine(engine, snap)
     else:
-        sys.stdout.write(result.text + ("" if result.text.endswith("\n") else "\n"))
+        answer = complete_from_drafts(snap)
+    shown = "" if answer.edit is None else answer.edit.text
+    if args.json:
+        s = answer.stats
+        data = {"text": shown, "replace": 0 if answer.edit is None else answer.edit.replace,
+                "mode": snap.mode.value, "reason": snap.reason, "source": answer.source,
+                "abstained": answer.abstained, "raw": answer.raw, "model": None if engine is None else engine.name}
+        if s is not None:
+            data.update(ms=round(s.total_ms, 3), steps=s.steps, forwards=s.forwards, context_tokens=s.context_tokens,
+                        span_tokens=s.span_tokens, stats=s.as_dict())
+        print(json.dumps(data, ensure_ascii=False))
+    else:
+        sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n"))
     return 0
 
 
 def _eval_infill(args) -> int:
+    from dataclasses import replace
 
     from .evaluation import format_table, parse_kinds, report, run
     from .samples import load_sources
+    from .settings import ServerConfig
     try:
         kinds = parse_kinds(args.kinds)
     except ValueError as e:
@@ -179,9 +213,11 @@ def _eval_infill(args) -> int:
         print(f"redraft: skipping {path} (not UTF-8 text)", file=sys.stderr)
     if not sources:
         raise UserError(f"{args.files}: no readable *.py files")
-    engine = _load_engine(args)
-    outcomes = run(engine, sources, kinds, args.limit, args.seed, engine.config.sampler.with_(seed=args.seed))
-    rep = report(engine.name, sources, args.seed, outcomes)
+    engine = None if args.drafts == "only" else _load_engine(args)
+    if engine is not None:
+        engine.config = replace(engine.config, sampler=engine.config.sampler.with_(seed=args.seed))
+    outcomes = run(engine, sources, kinds, args.limit, args.seed, ServerConfig(drafts=args.drafts))
+    rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
     print(json.dumps(rep, ensure_ascii=False) if args.json else format_table(rep))
     return 0
 

@@ -21,7 +21,8 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from .document import Document, body
+from . import drafts as draft_index
+from .document import Document, body, utf8_len
 from .languages import ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax
 from .settings import ServerConfig
 
@@ -47,6 +48,8 @@ class Snapshot:
     reason: str  # why this mode (for logs and tests)
     header_indent: str  # indentation of the line that opens the block (BLOCK), else of the cursor line
     config: ServerConfig
+    extra: str = ""  # extra context (extra.py), ahead of the prefix
+    drafts: tuple[Draft, ...] = ()  # continuations of matching code, best first (drafts.py)
 
     @property
     def left(self) -> str:
@@ -58,9 +61,18 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Draft:
+    """A proposed completion from the code itself, frozen for the inference thread."""
+
+    text: str
+    source: str  # buffer | open | recent
+
+
+@dataclass(frozen=True)
 class Context:
     prefix: str
     suffix: str
+    extra: str
     span: int  # engine span budget in tokens
     first_row: int  # first line of the prefix window
     last_row: int  # last line of the suffix window
@@ -139,9 +151,33 @@ def _previous_nonblank(doc: Document, row: int) -> int | None:
     return None
 
 
-def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig) -> Snapshot:
+def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra: str = "",
+                  drafts: tuple[Draft, ...] = ()) -> Snapshot:
     mode, reason, indent = detect(doc, row, col, config)
-    return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines), row, col, mode, reason, indent, config)
+    return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines), row, col, mode, reason, indent, config,
+                    extra, drafts)
+
+
+DRAFT_CONTEXT_LINES = 8  # lines above the cursor a draft's match may reach back into
+
+
+def find_drafts(doc: Document, index: draft_index.DraftIndex, row: int, col: int, mode: Mode, max_lines: int,
+                others: list[tuple[str, draft_index.DraftIndex]] = (),
+                recent: list[tuple[str, int]] = (), limit: int = 4) -> tuple[Draft, ...]:
+    """Drafts for a cursor: continuations of the longest matches of the text before it in this
+    document (`index`, kept in step with `doc`), in other open documents ((uri, index) pairs)
+    and in recent snippets ((text, first row) pairs), ranked by drafts.lookup."""
+    left = body(doc.lines[row])[:col]
+    before = "".join(doc.lines[max(0, row - DRAFT_CONTEXT_LINES):row]) + left
+    tree = doc.tree
+    kind = None if tree is None else draft_index.syntactic_kind(tree, row, utf8_len(left))
+    sources = [draft_index.DraftSource(index, "buffer", doc.uri, (row, col),
+                                       kind_at=None if tree is None else draft_index.tree_kind_at(tree, index))]
+    sources += [draft_index.DraftSource(ix, "open", uri) for uri, ix in others]
+    sources += [draft_index.recent_source(text, doc.uri, first) for text, first in recent]
+    lines = max_lines if mode is Mode.BLOCK else 1
+    return tuple(Draft(c.text, c.source) for c in draft_index.lookup(before, sources, lines=lines, kind=kind,
+                                                                          limit=limit))
 
 
 def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> str:
@@ -169,6 +205,12 @@ def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> st
 def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None) -> Context:
     cfg = snap.config
     total = cfg.context_tokens if limit is None else min(cfg.context_tokens, limit)  # limit: the model's
+    extra = snap.extra
+    if extra:
+        used = count(extra)
+        if used > int(total * cfg.extra_share):
+            extra, used = "", 0  # cut nowhere inside: a cut would move with every keystroke
+        total -= used
     suffix_budget = max(8, int(total * cfg.suffix_share))
     prefix_budget = max(8, total - suffix_budget)
     lines, row = snap.lines, snap.row
@@ -190,4 +232,4 @@ def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None)
     span = cfg.block_tokens if snap.mode is Mode.BLOCK else cfg.line_tokens
     first = row - prefix.count("\n")
     last = row + suffix.count("\n")
-    return Context(prefix, suffix, span, first, last)
+    return Context(prefix, suffix, extra, span, first, last)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import tree_sitter
 
@@ -117,9 +118,11 @@ class Document:
         self.version = version
         self._reparse(full=True)
 
-    def apply(self, changes: list[tuple[tuple[int, int, int, int] | None, str]], version: int) -> list[Change]:
+    def apply(self, changes: list[tuple[tuple[int, int, int, int] | None, str]], version: int,
+              on_change: Callable[[Change], None] | None = None) -> list[Change]:
         """Apply LSP content changes in order: ((start line, start utf16, end line, end utf16) or
-        None for the whole text, new text). Re-parses once at the end."""
+        None for the whole text, new text). Re-parses once at the end. `on_change` sees each
+        change right after it is applied (lines change.line .. + new_lines are then the new ones)."""
         applied: list[Change] = []
         full = False
         for rng, text in changes:
@@ -129,8 +132,10 @@ class Document:
                 self._blen = [utf8_len(s) for s in self.lines]
                 applied.append(Change(0, old.count("\n") + 1, len(self.lines), old, text))
                 full = True
-                continue
-            applied.append(self._edit(*self._clamp(*rng), text))
+            else:
+                applied.append(self._edit(*self._clamp(*rng), text))
+            if on_change is not None:
+                on_change(applied[-1])
         self.version = version
         self._reparse(full=full)
         return applied

@@ -1,40 +1,54 @@
-"""`redraft eval infill`: run the engine on sampled cursor positions and score what it fills.
+"""`redraft eval infill`: run the server's completion path on sampled cursor positions.
 
-For every sample (samples.py) the engine gets a plain prefix/suffix split of the file at
-the cursor, with the kind's span budget and otherwise one SamplerConfig for all kinds.
-The raw completion is checked for new parse errors (syntax.py), cut at the end of its unit
-and scored (metrics.py). Every model gets the unit-end test as `stop`: a causal one checks
-it per token, a diffusion one per step on the span's contiguously committed beginning, so
-both stop as soon as the unit is complete. Per kind the report holds:
+For every sample (samples.py) the file minus the removed region becomes a document with
+the cursor at the sample's start, and the request goes the way the server sends it: the
+snapshot and context windows (context.py), drafts from the same document (drafts.py),
+`inference.run_engine` (engine call with the unit-end stop, post-processing). The unit is
+set by the sample's kind rather than detected (rest_of_line, next_line and node use the
+LINE unit, block the BLOCK unit with the sample's header indentation), so every sample is
+answered or abstained on. `drafts` picks the mode: "seeded" (the server's default: drafts
+seed the model's candidates), "only" (the best draft, no model) or "off" (model alone).
+The result (post-processed text, "" when nothing is shown) is checked for new parse errors
+(syntax.py) and scored (metrics.py). Per kind the report holds:
 
   n                 samples scored
   exact_match, correct_prefix, edit_similarity, syntax_valid   means, in [0, 1]
+  abstain_rate      share of samples answered with nothing (counted as misses above)
+  sources           what the shown answers came from: model / buffer (a draft) ... -> count
   p50_ms, p95_ms    percentiles (linear interpolation) of the request's total ms
   encode_ms, generate_ms   medians
   forwards, tokens_per_forward   means (span tokens / denoising forwards, context excluded)
 
 Every request starts from a cold context cache (the cache is dropped before each one) and
-one untimed warm-up request runs first, so timings do not depend on sample order. Does not
-know the tree-sitter contexts, post-processing or servers to come: the split is the file
-text at the cursor, nothing more.
+one untimed warm-up request runs first, so timings do not depend on sample order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
+from redraft.engine import Stats
+
 from . import metrics, syntax
+from .context import Mode, find_drafts, take_snapshot
+from .document import Document
+from .drafts import DraftIndex
+from .inference import Outcome as Answer
+from .inference import complete_from_drafts, run_engine
+from .languages import syntax_for
 from .samples import KINDS, SPAN_BUDGET, Sample, Source, draw
+from .settings import ServerConfig
 
-if TYPE_CHECKING:
-    from redraft.engine import Stats
-
-CACHE_KEY = "redraft-eval"
+URI = "file:///redraft-eval/sample.py"
+DRAFT_MODES = ("seeded", "only", "off")
 RATES = ("exact_match", "correct_prefix", "edit_similarity", "syntax_valid")
-FIELDS = ("n", *RATES, "p50_ms", "p95_ms", "encode_ms", "generate_ms", "forwards", "tokens_per_forward")
+FIELDS = ("n", *RATES, "abstain_rate", "p50_ms", "p95_ms", "encode_ms", "generate_ms", "forwards",
+          "tokens_per_forward")
+MODE_OF_KIND = {"rest_of_line": Mode.LINE, "next_line": Mode.LINE, "block": Mode.BLOCK, "node": Mode.LINE}
 
 
 @dataclass
@@ -42,31 +56,54 @@ class Outcome:
     """One scored sample."""
 
     sample: Sample
-    raw: str  # the completion as the engine returned it
+    raw: str  # what would be shown ("" when nothing)
     text: str  # cut at the end of its unit
     exact_match: bool
     correct_prefix: float
     edit_similarity: float
     syntax_valid: bool
-    stats: Stats | None  # the engine's stats for the request
+    stats: Stats | None  # the engine's stats for the request (timing only, for drafts alone)
+    abstained: bool = False
+    source: str = ""
 
 
-def stop_rule(sample: Sample) -> Callable[[str], bool]:
-    """The unit-end test for `engine.infill(..., stop=...)`: called with the text so far."""
-    return lambda text: metrics.unit_ended(sample.kind, text, sample.header_indent)
-
-
-def complete(engine, source: Source, sample: Sample, sampler):
-    """Run the engine on one sample; it stops at the end of the unit."""
+def snapshot(source: Source, sample: Sample, config: ServerConfig):
+    """The server's snapshot for a sample: a document without the removed region, the cursor
+    at its start, the unit set by the kind, drafts looked up in the same document."""
     prefix, suffix = sample.split(source.text)
-    stop = stop_rule(sample)  # both kinds of model stop once the unit is complete
-    engine.forget(CACHE_KEY)  # cold context: timings independent of the order of samples
-    return engine.infill(prefix, suffix, sampler=sampler.with_(span=SPAN_BUDGET[sample.kind]),
-                         cache_key=CACHE_KEY, stop=stop)
+    doc = Document(URI, prefix + suffix, 1, "python", syntax_for("python", URI))
+    row = prefix.count("\n")
+    col = len(prefix) - (prefix.rfind("\n") + 1)
+    kind_cfg = replace(config, line_tokens=SPAN_BUDGET[sample.kind], block_tokens=SPAN_BUDGET[sample.kind])
+    snap = take_snapshot(doc, row, col, kind_cfg)
+    mode = MODE_OF_KIND[sample.kind]
+    header = " " * max(sample.header_indent, 0) if mode is Mode.BLOCK else snap.header_indent
+    snap = replace(snap, mode=mode, reason=f"eval {sample.kind}", header_indent=header)
+    return snap, doc
 
 
-def score(source: Source, sample: Sample, raw: str, stats=None, errors_before: int | None = None) -> Outcome:
-    """Score one raw completion of `sample` (no model involved)."""
+def complete(engine, source: Source, sample: Sample, config: ServerConfig) -> Answer:
+    """One sample through the server's path; the drafts lookup is timed with the request."""
+    snap, doc = snapshot(source, sample, config)
+    index = DraftIndex(doc.lines)  # the server keeps this up to date as edits arrive: not timed
+    t0 = time.perf_counter()
+    if config.drafts != "off":
+        snap = replace(snap, drafts=find_drafts(doc, index, snap.row, snap.col, snap.mode, config.max_lines,
+                                                        limit=config.max_drafts))
+    if config.drafts == "only" or engine is None:
+        answer = complete_from_drafts(snap)
+        return replace(answer, stats=Stats(total_ms=(time.perf_counter() - t0) * 1000))
+    engine.forget(URI)  # cold context: timings independent of the order of samples
+    lookup_ms = (time.perf_counter() - t0) * 1000
+    answer = run_engine(engine, snap)
+    if answer.stats is not None:
+        answer.stats.total_ms += lookup_ms
+    return answer
+
+
+def score(source: Source, sample: Sample, raw: str, stats=None, errors_before: int | None = None,
+          abstained: bool = False, source_name: str = "") -> Outcome:
+    """Score one completion of `sample` (no model involved)."""
     text = metrics.cut(sample.kind, raw, sample.header_indent)
     return Outcome(
         sample=sample, raw=raw, text=text,
@@ -74,16 +111,16 @@ def score(source: Source, sample: Sample, raw: str, stats=None, errors_before: i
         correct_prefix=metrics.correct_prefix(text, sample.expected),
         edit_similarity=metrics.edit_similarity(text, sample.expected),
         syntax_valid=syntax.syntax_valid(source.text, sample.start, sample.end, raw, errors_before),
-        stats=stats)
+        stats=stats, abstained=abstained, source=source_name)
 
 
-def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, sampler,
+def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, config: ServerConfig,
         on_outcome: Callable[[Outcome], None] | None = None) -> dict[str, list[Outcome]]:
     """Draw `limit` samples per kind, complete and score each; outcomes per kind."""
     drawn = {kind: draw(sources, kind, limit, seed) for kind in kinds}
     first = next((s for k in kinds for s in drawn[k]), None)
     if first is not None:  # warm-up: the first request pays one-time costs; not counted
-        complete(engine, sources[first.file], first, sampler)
+        complete(engine, sources[first.file], first, config)
     errors: dict[int, int] = {}  # parse errors of each original file, counted once
     out: dict[str, list[Outcome]] = {}
     for kind in kinds:
@@ -92,8 +129,10 @@ def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, 
             src = sources[sample.file]
             if sample.file not in errors:
                 errors[sample.file] = syntax.count_errors(src.text)
-            result = complete(engine, src, sample, sampler)
-            o = score(src, sample, result.text, result.stats, errors[sample.file])
+            a = complete(engine, src, sample, config)
+            text = "" if a.edit is None else a.edit.text
+            o = score(src, sample, text, a.stats, errors[sample.file], a.edit is None,
+                      a.source if a.edit is not None else "")
             out[kind].append(o)
             if on_outcome is not None:
                 on_outcome(o)
@@ -104,11 +143,13 @@ def summarize(outcomes: list[Outcome]) -> dict:
     """The per-kind report (see the module docstring); metrics are None when n is 0."""
     n = len(outcomes)
     if n == 0:
-        return {"n": 0, **{k: None for k in FIELDS[1:]}}
+        return {"n": 0, **{k: None for k in FIELDS[1:]}, "sources": {}}
     total = [o.stats.total_ms for o in outcomes]
     return {
         "n": n,
         **{k: round(float(np.mean([float(getattr(o, k)) for o in outcomes])), 4) for k in RATES},
+        "abstain_rate": round(sum(o.abstained for o in outcomes) / n, 4),
+        "sources": {s: sum(1 for o in outcomes if o.source == s) for s in sorted({o.source for o in outcomes} - {""})},
         "p50_ms": round(float(np.percentile(total, 50)), 3),
         "p95_ms": round(float(np.percentile(total, 95)), 3),
         "encode_ms": round(float(np.median([o.stats.encode_ms for o in outcomes])), 3),
@@ -118,23 +159,24 @@ def summarize(outcomes: list[Outcome]) -> dict:
     }
 
 
-def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, list[Outcome]]) -> dict:
-    return {"model": model, "files": len(sources), "seed": seed,
+def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, list[Outcome]],
+           drafts: str = "seeded") -> dict:
+    return {"model": model, "files": len(sources), "seed": seed, "drafts": drafts,
             "kinds": {kind: summarize(outs) for kind, outs in outcomes.items()}}
 
 
 def format_table(rep: dict) -> str:
     """The report as a readable table, one row per kind."""
-    head = ("kind", "n", "exact", "prefix", "edit_sim", "syntax", "p50_ms", "p95_ms", "enc_ms", "gen_ms",
+    head = ("kind", "n", "exact", "prefix", "edit_sim", "syntax", "abstain", "p50_ms", "p95_ms", "enc_ms", "gen_ms",
             "fwd", "tok/fwd")
     keys = FIELDS
     rows = [head]
     for kind, s in rep["kinds"].items():
         rows.append((kind, *("-" if s[k] is None else
-                             f"{s[k]:.3f}" if k in RATES else
+                             f"{s[k]:.3f}" if k in RATES or k == "abstain_rate" else
                              str(s[k]) if k == "n" else f"{s[k]:.1f}" for k in keys)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = [f"model {rep['model']}, {rep['files']} files, seed {rep['seed']}"]
+    lines = [f"model {rep['model']}, {rep['files']} files, seed {rep['seed']}, drafts {rep.get('drafts', '-')}"]
     for r in rows:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
     return "\n".join(lines)

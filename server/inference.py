@@ -4,8 +4,10 @@ Inference owns the loaded Engine and the executor that every engine call runs on
 pygls' thread pool, which also serves the stdin reader). One worker keeps engine calls
 serial, so the engine's per-document key/value caches need no locks. `load` swaps in a
 new model in the background and keeps the old one when loading fails; `complete` is the
-job the scheduler runs: context windows, one `engine.infill` (cache_key = the document's
-URI so keys/values survive keystrokes), post-processing.
+job the scheduler runs: context windows, one `engine.infill` seeded with the snapshot's
+drafts (cache_key = the document's URI so keys/values survive keystrokes), post-processing
+(`run_engine`, which the CLI and the evaluation share). With drafts set to "only", or while
+no model is loaded, the best draft answers alone.
 
 It knows nothing of LSP messages; it sees Snapshots and returns Outcomes.
 """
@@ -16,8 +18,10 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
-from redraft.engine import DEFAULT_MODEL, CancelFlag, Cancelled, Engine, EngineError
+from redraft.engine import DEFAULT_MODEL, CancelFlag, Cancelled, Engine, EngineError, Stats
 
 from . import context, postprocess
 from .context import Mode, Snapshot
@@ -32,6 +36,11 @@ class Outcome:
     ran_model: bool
     engine_ms: float = 0.0
     raw: str = ""  # the engine's text before post-processing (for logs)
+    source: str = ""  # what the edit came from: "model", or a draft's source (buffer, open, recent)
+    kept: int = 0  # draft tokens the model kept
+    abstained: bool = False  # the model found no candidate likely enough to show
+    stats: Stats | None = None  # the engine's, when it ran
+    score: float | None = None  # the engine's mean log-prob of what it chose
 
 
 class Inference:
@@ -65,22 +74,58 @@ class Inference:
         """Drop a closed document's keys/values (on the executor, where the engine lives)."""
         self.executor.submit(lambda: self.engine is not None and self.engine.forget(uri))
 
-    def complete(self, snap: Snapshot, flag: CancelFlag) -> Outcome:
-        """Runs on the executor. Never raises Cancelled: a cancelled job returns no edit."""
+    def complete(self, snap: Snapshot, flag: CancelFlag, on_draft: Callable[[str, int, int], None] | None = None
+                 ) -> Outcome:
+        """Runs on the executor. Never raises Cancelled: a cancelled job returns no edit.
+        `on_draft(text, step, masked)` sees the engine's draft after every denoising step."""
         engine = self.engine
-        if flag.is_set() or engine is None or snap.mode is Mode.NONE:
+        if flag.is_set() or snap.mode is Mode.NONE:
             return Outcome(None, False)
-        span_max = max(snap.config.line_tokens, snap.config.block_tokens)
-        ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
-        sampler = engine.config.sampler.with_(span=ctx.span, lengths=())
-        if snap.config.threshold is not None:
-            sampler = sampler.with_(threshold=snap.config.threshold)
-        try:
-            result = engine.infill(ctx.prefix, ctx.suffix, sampler=sampler, cancel=flag, cache_key=snap.uri)
-        except Cancelled:
+        mode = snap.config.drafts
+        if mode == "only" or (engine is None and mode != "off"):
+            return complete_from_drafts(snap)
+        if engine is None:
             return Outcome(None, False)
-        edit = postprocess.finish(snap, ctx, result.text)
-        return Outcome(edit, True, result.stats.total_ms, result.text)
+        return run_engine(engine, snap, flag, on_draft)
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def complete_from_drafts(snap: Snapshot) -> Outcome:
+    """The best draft that survives post-processing, without a model."""
+    ctx = context.build(snap, _chars_as_tokens)
+    for d in snap.drafts:
+        edit = postprocess.finish(snap, ctx, d.text)
+        if edit is not None:
+            return Outcome(edit, False, raw=d.text, source=d.source)
+    return Outcome(None, False)
+
+
+def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
+               on_draft: Callable[[str, int, int], None] | None = None) -> Outcome:
+    """One engine call for a snapshot: windows, drafts (per the settings), post-processing.
+    The server, `redraft complete` and `redraft eval infill` all come through here."""
+    span_max = max(snap.config.line_tokens, snap.config.block_tokens)
+    ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
+    sampler = engine.config.sampler.with_(span=ctx.span, lengths=())
+    if snap.config.threshold is not None:
+        sampler = sampler.with_(threshold=snap.config.threshold)
+    drafts = snap.drafts if snap.config.drafts == "seeded" else ()
+    stream = None if on_draft is None else (lambda d: on_draft(d.text, d.step, d.masked))
+    try:
+        result = engine.infill(ctx.prefix, ctx.suffix, ctx.extra, drafts=[d.text for d in drafts], sampler=sampler,
+                               cancel=flag, cache_key=snap.uri, on_draft=stream,
+                               stop=partial(postprocess.unit_ended, snap))
+    except Cancelled:
+        return Outcome(None, False)
+    st = result.stats
+    source = drafts[st.draft].source if 0 <= st.draft < len(drafts) else "model"
+    if result.abstained:
+        return Outcome(None, True, st.total_ms, source=source, abstained=True, stats=st, score=result.score)
+    edit = postprocess.finish(snap, ctx, result.text)
+    return Outcome(edit, True, st.total_ms, result.text, source, st.draft_kept, stats=st, score=result.score)
+
+
+def _chars_as_tokens(text: str) -> int:
+    return int(len(text) / context.CHARS_PER_TOKEN) + 1

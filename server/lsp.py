@@ -10,8 +10,10 @@ leave the client waiting, and (2) skips pygls' own copy of open documents, since
 Session keeps them (with trees and histories).
 
 Custom surface: `redraft/stats` (request), Copilot's `textDocument/didShowCompletion`
-and `textDocument/didPartiallyAcceptCompletion` (notifications) and the accept command
-`redraft.accept` through `workspace/executeCommand`.
+and `textDocument/didPartiallyAcceptCompletion` (notifications), the accept command
+`redraft.accept` through `workspace/executeCommand`, `redraft/draft` notifications (the
+engine's draft after every denoising step, for clients that set `streamDrafts`), and
+`$/progress` while the model loads (clients with `window.workDoneProgress`).
 """
 
 from __future__ import annotations
@@ -122,26 +124,64 @@ def build_server(config: ServerConfig | None = None) -> LanguageServer:
         if changed or load:
             watch_load(session.load_model())
 
+    loading: list = []  # the model load in progress, for $/progress once the client is initialized
+
     def watch_load(load) -> None:
         loop = asyncio.get_running_loop()
+        loading[:] = [load]
 
         def done(f):  # runs on the inference thread: hand the message to the loop
             error = None if f.cancelled() else f.result()
             if error:
                 loop.call_soon_threadsafe(message, error, T.MessageType.Error)
         load.add_done_callback(done)
+        if initialized:
+            loop.create_task(report_progress(load))
+
+    async def report_progress(load) -> None:
+        """`$/progress` (server-initiated) while the model loads, when the client supports it."""
+        caps = getattr(server.client_capabilities, "window", None)
+        if load.done() or not getattr(caps, "work_done_progress", False):
+            return
+        token = f"redraft/load/{id(load)}"
+        try:
+            await server.work_done_progress.create_async(token)
+            server.work_done_progress.begin(token, T.WorkDoneProgressBegin(
+                title="redraft", message=f"loading {session.config.model or 'the default model'}"))
+            await asyncio.wrap_future(load)
+        except Exception:  # the client declined the token, or the load failed (reported elsewhere)
+            log.debug("progress", exc_info=True)
+        finally:
+            if token in server.work_done_progress.tokens:
+                server.work_done_progress.end(token, T.WorkDoneProgressEnd(message="ready"))
+
+    initialized: list[bool] = []
 
     client_log: list[ClientLog] = []
 
     @server.feature(T.INITIALIZE)
     def initialize(ls: LanguageServer, params: T.InitializeParams) -> None:
         if not client_log:
-            client_log.append(ClientLog(server, asyncio.get_running_loop()))
+            loop = asyncio.get_running_loop()
+            client_log.append(ClientLog(server, loop))
             logging.getLogger("redraft").addHandler(client_log[0])
+
+            def publish(method: str, params: dict) -> None:  # from any thread
+                try:
+                    loop.call_soon_threadsafe(server.protocol.notify, method, params)
+                except RuntimeError:
+                    pass
+            session.publish = publish
         try:  # the model loads in the background; requests queue behind it on the same executor
             apply_settings(params.initialization_options, load=True)
         except Exception:
             log.exception("initialize")
+
+    @server.feature(T.INITIALIZED)
+    def on_initialized(ls: LanguageServer, params: T.InitializedParams) -> None:
+        initialized.append(True)
+        if loading:
+            asyncio.get_running_loop().create_task(report_progress(loading[0]))
 
     @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: LanguageServer, params: T.DidChangeConfigurationParams) -> None:

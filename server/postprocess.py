@@ -57,6 +57,22 @@ def trim_unit(snap: Snapshot, text: str) -> str:
     return "\n".join(kept + ([tail] if tail is not None else []))
 
 
+def unit_ended(snap: Snapshot, text: str) -> bool:
+    """True once `text`, a completion so far, already holds the end of the unit trim_unit keeps
+    (the engine then stops: the rest would be cut anyway)."""
+    if snap.mode in (Mode.LINE, Mode.ARGS):
+        return "\n" in text
+    lines = text.split("\n")
+    header, body_lines = _indent_width(snap.header_indent), 0
+    for n, line in enumerate(lines[:-1]):  # the last line may still be growing
+        if n and line.strip() and _indent_width(line) <= header:
+            return True
+        body_lines += 1
+        if body_lines >= snap.config.max_lines:
+            return True
+    return False
+
+
 def drop_suffix_repeats(snap: Snapshot, ctx: Context, text: str, replace: int) -> str:
     """Remove the part of `text` that repeats what already follows the cursor (after the
     `replace` auto-closed characters the completion takes over)."""

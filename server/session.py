@@ -1,11 +1,13 @@
 """The Session: every piece of the server's mutable state, and the one keystroke path.
 
-It owns the open documents (text, tree, edit history, the suggestion last answered for
-type-through), the settings, the counters, the scheduler and the inference back end.
-Edit notifications only mutate it and return. `complete` takes a frozen snapshot on the
-event loop, answers from the suggestion on screen when the user typed a prefix of it
-(no model run), and otherwise hands the snapshot to the scheduler, which runs the engine
-on its own executor.
+It owns the open documents (text, tree, edit history, draft index, the suggestion last
+answered for type-through), the settings, the counters, the scheduler and the inference
+back end. Edit notifications only mutate it and return. `complete` takes a frozen
+snapshot on the event loop (with the extra context and the drafts looked up there, where
+the documents are current), answers from the suggestion on screen when the user typed a
+prefix of it (no model run), and otherwise hands the snapshot to the scheduler, which
+runs the engine on its own executor. After an accept, the next completion is computed
+ahead of time at the end of the accepted text.
 
 It speaks in rows, character indices and UTF-16 columns, not in LSP message types: the
 LSP layer (lsp.py) converts at the edge.
@@ -17,12 +19,13 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
-from . import settings
-from .context import Mode, Snapshot, take_snapshot
-from .document import Document, utf16_len
+from . import drafts as draft_index
+from . import extra, settings
+from .context import Draft, Mode, Snapshot, find_drafts, take_snapshot
+from .document import Change, Document, body, utf16_len
 from .history import EditHistory
 from .inference import Inference
 from .languages import syntax_for
@@ -57,8 +60,18 @@ class Proposal:
 @dataclass
 class DocState:
     doc: Document
+    index: draft_index.DraftIndex
     history: EditHistory = field(default_factory=EditHistory)
     shown: Suggestion | None = None
+    expect: tuple[int, str, str] | None = None  # after an accept: (row, left, right) the buffer will show
+    prefetch: tuple[int, int, int, asyncio.Future] | None = None  # (version, row, col, job) computed ahead
+
+    def on_change(self, change: Change) -> None:
+        self.index.replace_lines(change.line, change.old_lines,
+                                 self.doc.lines[change.line:change.line + change.new_lines])
+
+
+RECENT_REMOVED = 4  # recent edits whose removed text is searched for drafts
 
 
 class Session:
@@ -69,6 +82,9 @@ class Session:
         self.docs: dict[str, DocState] = {}
         self.stats = Counters()
         self.scheduler = Scheduler(inference.executor)
+        self.definitions: extra.DefinitionCache = {}
+        # publish(method, params) sends a notification from any thread (set by the LSP layer)
+        self.publish = None
 
     # -- settings ------------------------------------------------------------------------
 
@@ -87,7 +103,7 @@ class Session:
 
     def open(self, uri: str, text: str, version: int, language_id: str) -> None:
         doc = Document(uri, text, version, language_id, syntax_for(language_id, uri))
-        self.docs[uri] = DocState(doc)
+        self.docs[uri] = DocState(doc, draft_index.DraftIndex(doc.lines))
 
     def change(self, uri: str, version: int, changes) -> None:
         st = self.docs.get(uri)
@@ -98,13 +114,16 @@ class Session:
             # Applied anyway: the edits are the truth the client shows; only the number is off.
             log.warning("%s: version %d after %d (out of order)", uri, version, st.doc.version)
         now = self.clock()
-        for change in st.doc.apply(changes, version):
+        for change in st.doc.apply(changes, version, on_change=st.on_change):
             st.history.record(change, now)
+        if st.expect is not None:
+            self._prefetch_if_accepted(uri, st)
 
     def close(self, uri: str) -> None:
         if self.docs.pop(uri, None) is not None:
             self.scheduler.supersede(uri)
             self.inference.forget(uri)
+            self.definitions.pop(uri, None)
 
     # -- completion ----------------------------------------------------------------------
 
@@ -121,6 +140,9 @@ class Session:
             return self._empty()
         if not (self.config.enabled(st.doc.language_id) and self.config.enabled(st.doc.syntax.name)):
             return self._empty()
+        pending = st.prefetch
+        if pending is not None and pending[:3] == (st.doc.version, *pos):
+            await asyncio.shield(pending[3])  # computed ahead after an accept: its answer is on screen next
         snap = take_snapshot(st.doc, *pos, self.config)
         edit = self._type_through(st, snap)
         if edit is not None:
@@ -131,26 +153,65 @@ class Session:
             log.debug("%s: nothing to complete (%s)", uri, snap.reason)
             return self._empty()
         else:
-            try:
-                done, outcome = await self.scheduler.run(uri, partial(self.inference.complete, snap))
-            except asyncio.CancelledError:
-                self.stats.cancelled += 1
-                raise
+            done, outcome = await self._run(st, snap)
             if not done:
-                self.stats.cancelled += 1
                 return None
-            if outcome.ran_model:
-                self.stats.model_runs += 1
             edit = outcome.edit
         self.stats.latencies.append((time.perf_counter() - t0) * 1000)
         if edit is None:
             return self._empty()
-        st = self.docs.get(uri)
-        if st is not None:  # the document may have closed while the engine ran
-            st.shown = Suggestion(snap.row, snap.left, snap.right, len(snap.lines), edit)
         self.stats.answered += 1
         start = utf16_len(snap.left)
         return Proposal(snap.row, start, start + utf16_len(snap.right[:edit.replace]), edit.text)
+
+    async def _run(self, st: DocState, snap: Snapshot):
+        """Run the engine for a snapshot (latest wins); remember what it answered for type-through."""
+        uri = snap.uri
+        snap = self._enrich(st, snap)
+        on_draft = self._streamer(snap) if self.config.stream_drafts and self.publish is not None else None
+        try:
+            done, outcome = await self.scheduler.run(uri, partial(self.inference.complete, snap, on_draft=on_draft))
+        except asyncio.CancelledError:
+            self.stats.cancelled += 1
+            raise
+        if not done:
+            self.stats.cancelled += 1
+            return False, None
+        if outcome.ran_model:
+            self.stats.model_runs += 1
+        self.stats.count_source(outcome)
+        if outcome.edit is not None and self.docs.get(uri) is st:  # it may have closed meanwhile
+            st.shown = Suggestion(snap.row, snap.left, snap.right, len(snap.lines), outcome.edit)
+        return True, outcome
+
+    def _enrich(self, st: DocState, snap: Snapshot) -> Snapshot:
+        """The snapshot with extra context and drafts, looked up while the documents are current."""
+        cfg = self.config
+        more = ""
+        if cfg.extra_context:
+            others = [o.doc for u, o in self.docs.items() if u != snap.uri]
+            budget = int(cfg.context_tokens * cfg.extra_share * 3)  # chars; build() checks tokens
+            more = extra.build(st.doc, others, st.history.recent(), snap.row, snap.col, budget, self.definitions)
+        found: tuple[Draft, ...] = ()
+        if cfg.drafts != "off":
+            found = self._drafts(st, snap)
+        return replace(snap, extra=more, drafts=found)
+
+    def _drafts(self, st: DocState, snap: Snapshot) -> tuple[Draft, ...]:
+        others = [(uri, o.index) for uri, o in self.docs.items() if uri != snap.uri]
+        recent = [(ev.removed, ev.first_line) for ev in st.history.recent()[-RECENT_REMOVED:]
+                  if len(ev.removed.strip()) >= draft_index.MIN_CHARS]  # text the user took out
+        return find_drafts(st.doc, st.index, snap.row, snap.col, snap.mode, self.config.max_lines, others, recent,
+                           self.config.max_drafts)
+
+    def _streamer(self, snap: Snapshot):
+        publish, uri, version = self.publish, snap.uri, snap.version
+        position = {"line": snap.row, "character": utf16_len(snap.left)}
+
+        def on_draft(text: str, step: int, masked: int) -> None:
+            publish("redraft/draft", {"uri": uri, "version": version, "position": position,
+                                      "step": step, "text": text, "masked": masked})
+        return on_draft
 
     def _empty(self) -> None:
         self.stats.empty += 1
@@ -177,9 +238,32 @@ class Session:
         self.stats.shown += 1
 
     def accepted(self, uri: str | None = None) -> None:
+        """The accept command: count it and compute the next completion ahead of time at the end
+        of the accepted text (now if the buffer already shows it, else after the edit arrives)."""
         self.stats.accepted += 1
-        if uri in self.docs:
-            self.docs[uri].shown = None  # accepted text is in the buffer now
+        st = self.docs.get(uri) if uri is not None else None
+        if st is None or st.shown is None:
+            return
+        s, st.shown = st.shown, None  # accepted text is in the buffer now
+        lines = (s.left + s.edit.text).split("\n")
+        st.expect = (s.row + len(lines) - 1, lines[-1], s.right[s.edit.replace:])
+        self._prefetch_if_accepted(uri, st)
+
+    def _prefetch_if_accepted(self, uri: str, st: DocState) -> None:
+        row, left, right = st.expect
+        if row >= len(st.doc.lines) or body(st.doc.lines[row]) != left + right:
+            return  # not (yet) what the accept produces; the next change checks again
+        st.expect = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        snap = take_snapshot(st.doc, row, len(left), self.config)
+        if snap.mode is Mode.NONE:
+            return
+        job = loop.create_task(self._run(st, snap))
+        st.prefetch = (st.doc.version, row, len(left), job)
+        self.stats.prefetched += 1
 
     def partially_accepted(self) -> None:
         self.stats.partially_accepted += 1

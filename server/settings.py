@@ -30,13 +30,18 @@ class ServerConfig:
     context_tokens: int = 1024  # prefix + suffix window budget
     suffix_share: float = 0.25  # of context_tokens, given to the suffix
     comments: bool = False  # complete inside comments too
+    drafts: str = "seeded"  # drafts from the code itself: "seeded" (model revises them), "only" (no model), "off"
+    max_drafts: int = 4  # draft candidates per request
+    extra_context: bool = True  # definitions from other open documents and recent edits, ahead of the prefix
+    extra_share: float = 0.25  # of the context budget, at most, for the extra context
+    stream_drafts: bool = False  # send `redraft/draft` notifications while a completion denoises
 
     def enabled(self, language: str) -> bool:
         table = dict(self.enable)
         return table.get(language, table.get("*", True))
 
 
-_INT_RANGES = {"max_lines": (1, 200), "line_tokens": (1, 512), "block_tokens": (1, 1024),
+_INT_RANGES = {"max_lines": (1, 200), "max_drafts": (1, 16), "line_tokens": (1, 512), "block_tokens": (1, 1024),
                "context_tokens": (16, 32768)}
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -54,11 +59,15 @@ def _check(name: str, value: Any) -> Any:
         return value
     if name == "threshold" and value is None:
         return None
-    if name in ("threshold", "suffix_share"):
+    if name in ("threshold", "suffix_share", "extra_share"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
             raise ValueError("must be a number in 0..1")
         return float(value)
-    if name == "comments":
+    if name == "drafts":
+        if value not in ("seeded", "only", "off"):
+            raise ValueError("must be one of seeded, only, off")
+        return value
+    if name in ("comments", "extra_context", "stream_drafts"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
         return value

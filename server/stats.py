@@ -35,10 +35,22 @@ class Counters:
     accepted: int = 0  # the accept command
     partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
     peak_in_flight: int = 0  # most engine jobs queued or running for one document at once
+    prefetched: int = 0  # completions computed ahead of time after an accept
+    abstained: int = 0  # the model judged every candidate too unlikely to show
+    sources: dict = field(default_factory=dict)  # what answered: model / buffer / open / recent -> count
+    draft_tokens_kept: int = 0  # draft tokens the model kept, over all answers from drafts
     latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
+    def count_source(self, outcome) -> None:
+        """Record where a finished engine (or draft-only) job's answer came from."""
+        if outcome.abstained:
+            self.abstained += 1
+        elif outcome.edit is not None and outcome.source:
+            self.sources[outcome.source] = self.sources.get(outcome.source, 0) + 1
+            self.draft_tokens_kept += outcome.kept
+
     def as_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "latencies"}
+        d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items() if k != "latencies"}
         lat = list(self.latencies)
         d["latency_ms"] = {"p50": round(percentile(lat, 0.5), 3), "p95": round(percentile(lat, 0.95), 3),
                            "count": len(lat)}

@@ -23,10 +23,16 @@ def test_shipped_models_load_by_name(engine):
 
 def test_shipped_models_complete_a_snippet(engine):
     prefix = "import os\n\n\ndef read_text(path):\n    with open(path) as f:\n        return f."
-    out = engine.infill(prefix, "\n", sampler=engine.config.sampler.with_(span=16))
-    assert out.text.strip(), out
+    out = engine.infill(prefix, "\n", sampler=engine.config.sampler.with_(span=16, min_score=float("-inf")))
+    assert out.text.strip() and not out.abstained, out
     assert "<|" not in out.text
     assert out.stats.forwards >= 1 and out.stats.span_tokens == len(out.token_ids)
+
+
+def test_abstains_below_min_score(engine):
+    prefix = "import os\n\n\ndef read_text(path):\n    with open(path) as f:\n        return f."
+    out = engine.infill(prefix, "\n", sampler=engine.config.sampler.with_(span=16, min_score=0.0))
+    assert out.abstained and out.text == "" and out.token_ids == [] and out.score < 0.0
 
 
 def test_complete_uses_the_default_model(tmp_path):

@@ -1,0 +1,374 @@
+"""Drafts from the code itself: the longest other match of the text before the cursor.
+
+Code repeats itself, so continuing the longest earlier (or later) match of the text before
+the cursor, found elsewhere in the same file, in other open files or in recently edited
+regions, is often right (prompt-lookup decoding). A `DraftIndex` keeps one document's lines
+indexed as they are edited; `lookup` asks several indexes and ranks what they propose.
+
+Index: every position whose preceding character is not whitespace is filed under the
+KEY_CHARS characters before it in the whole text (a key may reach back over line ends).
+`find` strips the trailing whitespace of `before` (whitespace alone is no evidence, and the
+rest of it must simply follow the match), looks up the key that ends the remainder, checks
+that the stripped whitespace follows, and extends each candidate backwards line by line.
+Each line is an object: an edit re-files only the lines it replaced (plus the next line when
+the characters its keys reach back into changed); filed positions of replaced lines are
+dropped lazily, and rows are refreshed lazily after lines were inserted or removed, so an
+edit never re-hashes the file.
+
+It knows nothing of LSP, models or requests; tree-sitter only through `syntactic_kind`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .document import body, split_lines, utf8_len
+
+if TYPE_CHECKING:
+    import tree_sitter
+
+KEY_CHARS = 6  # positions are filed under this many characters: the shortest findable match
+# On stdlib code (bench_drafts.py --accuracy) the best match continues the line exactly for
+# ~6% of cursors when it is 4-5 characters long, ~8-10% at 6-11, ~20% at 16-23 and over 2/3
+# past 48. Matches shorter than 6 are mostly an identifier fragment and nearly never right, and
+# 6-character keys keep buckets ~3x smaller than 4-character ones, so 6 is the floor.
+MIN_CHARS = 6
+# Live positions examined per find, newest filed first. Only boilerplate keys (indentation
+# plus one letter, "======") hold more; on stdlib code the cap costs no exact continuation.
+SCAN_CAP = 512
+SAME_KIND_BONUS = 8.0  # a candidate in the cursor's syntactic kind counts as this many chars longer
+SOURCE_RANK = {"buffer": 0, "recent": 1, "open": 2}
+_WS = " \t\r\n\f\v"
+_FAR = 1 << 30  # distance of a candidate from another document
+
+
+class _Line:
+    __slots__ = ("text", "row", "alive")
+
+    def __init__(self, text: str, row: int):
+        self.text = text
+        self.row = row
+        self.alive = True
+
+
+@dataclass(frozen=True)
+class Match:
+    row: int  # where the continuation starts in the indexed document (char index in the line)
+    col: int
+    matched: int  # characters of `before` that match the text preceding (row, col)
+
+
+def _common_suffix(a: str, b: str) -> int:
+    la, lb = len(a), len(b)
+    n = la if la < lb else lb
+    k = 0
+    while k < n and k < 16 and a[la - 1 - k] == b[lb - 1 - k]:  # most differ within a few
+        k += 1
+    if k < 16 or k == n:
+        return k
+    lo, hi = k, n  # a long run: binary search on slices, compared at C speed
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[la - mid:] == b[lb - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class DraftIndex:
+    """Incremental index of one document's lines (each keeps its "\\n"; the last has none)."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self._lines = [_Line(t, i) for i, t in enumerate(lines or [""])]
+        self._stale_from = len(self._lines)  # rows from here on may be out of date
+        self._buckets: dict[str, list] = {}  # key -> [line, col, line, col, ...]
+        self._limits: dict[str, int] = {}  # bucket length that triggers dropping dead entries
+        ctx = ""
+        for ln in self._lines:
+            self._file(ln, ctx)
+            ctx = (ctx + ln.text)[-KEY_CHARS:]
+
+    # -- reading -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def line(self, row: int) -> str:
+        return self._lines[row].text
+
+    @property
+    def text(self) -> str:
+        return "".join(ln.text for ln in self._lines)
+
+    def continuation(self, row: int, col: int, lines: int = 1) -> str:
+        """The rest of line `row` from `col`, plus the next `lines - 1` lines, without terminators."""
+        end = min(row + max(lines, 1), len(self._lines))
+        parts = [body(self._lines[row].text)[col:]]
+        parts += [body(self._lines[r].text) for r in range(row + 1, end)]
+        return "\n".join(parts)
+
+    # -- editing -------------------------------------------------------------------------
+
+    def replace_lines(self, start: int, old_count: int, new_lines: Sequence[str]) -> None:
+        """Lines start .. start+old_count-1 became `new_lines`."""
+        lines = self._lines
+        if not (0 <= start <= len(lines) and 0 <= old_count <= len(lines) - start):
+            raise ValueError(f"lines {start}+{old_count} outside a document of {len(lines)}")
+        end = start + old_count
+        old_ctx = self._context(end)
+        for ln in lines[start:end]:
+            ln.alive = False
+        new = [_Line(t, start + i) for i, t in enumerate(new_lines)]
+        lines[start:end] = new
+        if len(new) != old_count:
+            self._stale_from = min(self._stale_from, start + len(new))
+        ctx = self._context(start)
+        for ln in new:
+            self._file(ln, ctx)
+            ctx = (ctx + ln.text)[-KEY_CHARS:]
+        if ctx == old_ctx:
+            return
+        # The keys of the first positions of the following lines reach into the changed text.
+        row, reach = start + len(new), 0
+        while row < len(lines) and reach < KEY_CHARS:
+            old = lines[row]
+            old.alive = False
+            ln = lines[row] = _Line(old.text, row)
+            self._file(ln, ctx)
+            ctx = (ctx + ln.text)[-KEY_CHARS:]
+            reach += len(ln.text)
+            row += 1
+
+    def _context(self, row: int) -> str:
+        """The last KEY_CHARS characters before line `row`."""
+        ctx, r = "", row - 1
+        while r >= 0 and len(ctx) < KEY_CHARS:
+            ctx = self._lines[r].text + ctx
+            r -= 1
+        return ctx[-KEY_CHARS:]
+
+    def _file(self, ln: _Line, ctx: str) -> None:
+        t = ln.text
+        s = ctx + t
+        shift = len(ctx)  # s index of column 0
+        last = len(t) - 1 if t.endswith("\n") else len(t)  # a position after "\n" is the next row's 0
+        buckets, limits = self._buckets, self._limits
+        for c in range(max(1, KEY_CHARS - shift), last + 1):
+            e = shift + c
+            if s[e - 1] in _WS:
+                continue
+            key = s[e - KEY_CHARS:e]
+            b = buckets.get(key)
+            if b is None:
+                buckets[key] = [ln, c]
+                continue
+            b.append(ln)
+            b.append(c)
+            if len(b) > limits.get(key, 32):
+                b[:] = [x for i in range(0, len(b), 2) if b[i].alive for x in b[i:i + 2]]
+                limits[key] = max(32, 2 * len(b))
+
+    def _row(self, ln: _Line) -> int:
+        lines = self._lines
+        r = ln.row
+        if r < len(lines) and lines[r] is ln:
+            return r
+        for r in range(self._stale_from, len(lines)):
+            lines[r].row = r
+        self._stale_from = len(lines)
+        return ln.row
+
+    # -- searching -----------------------------------------------------------------------
+
+    def find(self, before: str, *, exclude: tuple[int, int] | None = None, limit: int = 8,
+             min_chars: int = MIN_CHARS, ignore_indent: bool = False) -> list[Match]:
+        """Positions whose preceding text matches the end of `before` longest, best first.
+
+        A match covers `before`'s trailing whitespace plus at least max(min_chars, KEY_CHARS)
+        characters before it. `exclude` (the cursor) is never returned; ties go to rows
+        nearest to it. With `ignore_indent`, the backward match goes on past lines that differ
+        only in leading whitespace (`matched` then counts `before`'s characters consumed).
+        """
+        anchor = before.rstrip(_WS)
+        ws = before[len(anchor):]
+        if len(anchor) < KEY_CHARS or limit <= 0:
+            return []
+        bucket = self._buckets.get(anchor[-KEY_CHARS:])
+        if not bucket:
+            return []
+        need = max(min_chars, KEY_CHARS)
+        tail, floor = anchor[-need:], len(ws) + need
+        probe = anchor[-KEY_CHARS - 1] if len(anchor) > KEY_CHARS else None
+        parts = split_lines(anchor)
+        lines, n = self._lines, len(self._lines)
+        near = exclude[0] if exclude else 0
+        found: list[tuple[int, int, int, int]] = []  # (-matched, distance, row, col)
+        live = 0
+        it = reversed(bucket)
+        for c, ln in zip(it, it):  # newest filed first: recently edited lines are near the cursor
+            if not ln.alive:
+                continue
+            live += 1
+            if live > SCAN_CAP:
+                break
+            t = ln.text
+            # Cheap rejections first: a match too short within the line (an indentation skip
+            # would need whitespace where the shortest acceptable match begins).
+            if c >= need and t[c - need:c] != tail and not (ignore_indent and t[c - need] in " \t"):
+                continue
+            row = ln.row
+            if row >= n or lines[row] is not ln:
+                row = self._row(ln)
+            pos = self._follow(row, c, ws) if ws else (row, c)
+            if pos is None or pos == exclude:
+                continue
+            k = c - KEY_CHARS - 1
+            if k >= 0 and t[k] != probe and not (ignore_indent and t[k] in " \t"):
+                m = len(ws) + KEY_CHARS  # differs just before the key
+            else:
+                m = len(ws) + self._extend(parts, row, c, ignore_indent)
+            if m >= floor:
+                found.append((-m, abs(pos[0] - near), *pos))
+        found.sort()
+        return [Match(r, c, -m) for m, _, r, c in found[:limit]]
+
+    def _follow(self, row: int, col: int, ws: str) -> tuple[int, int] | None:
+        """The position after `ws` when it follows (row, col), else None."""
+        lines = self._lines
+        while ws:
+            t = lines[row].text
+            seg = t[col:col + len(ws)]
+            if not ws.startswith(seg) or not seg:
+                return None
+            ws = ws[len(seg):]
+            col += len(seg)
+            if col == len(t) and t.endswith("\n"):
+                if row + 1 == len(lines):
+                    return None
+                row, col = row + 1, 0
+            elif ws:
+                return None
+        return row, col
+
+    def _extend(self, parts: list[str], row: int, col: int, ignore_indent: bool) -> int:
+        """Characters of "".join(parts) that match the text before (row, col), from the end."""
+        lines = self._lines
+        i = len(parts) - 1
+        a, d = parts[i], lines[row].text[:col]
+        m = 0
+        while True:
+            if a != d:
+                s = _common_suffix(a, d)
+                # Lines that differ only in leading whitespace match when indentation is ignored.
+                if not (ignore_indent and i > 0 and row > 0 and _blank(a[:len(a) - s])
+                        and _blank(d[:len(d) - s])):
+                    return m + s
+            m += len(a)
+            if i == 0 or row == 0:
+                return m
+            i, row = i - 1, row - 1
+            a, d = parts[i], lines[row].text
+
+
+def _blank(s: str) -> bool:
+    return not s.strip(" \t")
+
+
+# -- looking up drafts in several documents ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftCandidate:
+    text: str
+    source: str  # "buffer" | "open" | "recent"
+    uri: str
+    row: int  # where the continuation starts in its document
+    col: int
+    matched: int
+    score: float
+
+
+@dataclass(frozen=True)
+class DraftSource:
+    """One index to search: the cursor's document, another open one, or a recent snippet."""
+
+    index: DraftIndex
+    source: str = "buffer"  # "buffer" | "open" | "recent"
+    uri: str = ""
+    cursor: tuple[int, int] | None = None  # (row, col) of the cursor when it is in this document
+    first_row: int = 0  # document row of the index's first line (snippets)
+    kind_at: Callable[[int, int], str | None] | None = None  # kind at an index (row, col)
+
+
+def recent_source(text: str, uri: str, first_row: int = 0,
+                  cursor: tuple[int, int] | None = None) -> DraftSource:
+    """A throwaway index of a small snippet (lines `first_row`.. of `uri`)."""
+    return DraftSource(DraftIndex(split_lines(text)), "recent", uri, cursor, first_row)
+
+
+def lookup(before: str, sources: Sequence[DraftSource], *, lines: int = 1, limit: int = 4,
+           kind: str | None = None, min_chars: int = MIN_CHARS, per_source: int = 8,
+           ignore_indent: bool = True) -> list[DraftCandidate]:
+    """Ranked drafts continuing `before`, the text before the cursor, deduplicated by text.
+
+    Rank: matched characters (plus SAME_KIND_BONUS when a source's `kind_at` agrees with
+    `kind`), then source (buffer, recent, open), then distance to the cursor.
+    """
+    ranked = []
+    for src in sources:
+        exclude = None
+        if src.cursor is not None:
+            exclude = (src.cursor[0] - src.first_row, src.cursor[1])
+        for m in src.index.find(before, exclude=exclude, limit=per_source, min_chars=min_chars,
+                                ignore_indent=ignore_indent):
+            text = src.index.continuation(m.row, m.col, lines)
+            if not text.strip():
+                continue
+            score = float(m.matched)
+            if kind is not None and src.kind_at is not None and src.kind_at(m.row, m.col) == kind:
+                score += SAME_KIND_BONUS
+            row = src.first_row + m.row
+            far = abs(row - src.cursor[0]) if src.cursor is not None else _FAR
+            ranked.append(((-score, SOURCE_RANK.get(src.source, 3), far),
+                           DraftCandidate(text, src.source, src.uri, row, m.col, m.matched, score)))
+    ranked.sort(key=lambda r: r[0])
+    out: list[DraftCandidate] = []
+    seen: set[str] = set()
+    for _, cand in ranked:
+        if cand.text not in seen:
+            seen.add(cand.text)
+            out.append(cand)
+            if len(out) == limit:
+                break
+    return out
+
+
+# -- syntactic kinds (optional: only callers holding a tree-sitter tree use these) ---------
+
+_CONTAINERS = frozenset({"block", "module", "program", "source_file", "translation_unit", "ERROR",
+                         "compound_statement", "statement_block", "declaration_list", "class_body",
+                         "field_declaration_list", "expression_statement"})
+
+
+def syntactic_kind(tree: tree_sitter.Tree, row: int, byte_col: int, depth: int = 2) -> str:
+    """The types of the `depth` nearest named ancestors of the character before a position that
+    begin on an earlier row, bare containers skipped: the construct its line sits in. Nodes
+    that begin on the row itself are left out: at the cursor that row is half typed."""
+    point = (row, max(byte_col - 1, 0))  # nodes that end at a position do not contain it
+    node = tree.root_node.named_descendant_for_point_range(point, point)
+    types: list[str] = []
+    while node is not None and len(types) < depth:
+        if node.start_point[0] < row and node.type not in _CONTAINERS:
+            types.append(node.type)
+        node = node.parent
+    return "/".join(types)
+
+
+def tree_kind_at(tree: tree_sitter.Tree, index: DraftIndex) -> Callable[[int, int], str | None]:
+    """`DraftSource.kind_at` for a document whose tree matches `index`'s lines."""
+    def kind_at(row: int, col: int) -> str | None:
+        return syntactic_kind(tree, row, utf8_len(index.line(row)[:col]))
+    return kind_at

@@ -63,14 +63,11 @@ def unit_ended(snap: Snapshot, text: str) -> bool:
     if snap.mode in (Mode.LINE, Mode.ARGS):
         return "\n" in text
     lines = text.split("\n")
-    header, body_lines = _indent_width(snap.header_indent), 0
-    for n, line in enumerate(lines[:-1]):  # the last line may still be growing
+    header = _indent_width(snap.header_indent)
+    for n, line in enumerate(lines):
         if n and line.strip() and _indent_width(line) <= header:
-            return True
-        body_lines += 1
-        if body_lines >= snap.config.max_lines:
-            return True
-    return False
+            return True  # a dedent (settled once the line has a non-blank character)
+    return len(lines) - 1 >= snap.config.max_lines  # that many complete lines
 
 
 def drop_suffix_repeats(snap: Snapshot, ctx: Context, text: str, replace: int) -> str:

@@ -157,6 +157,7 @@ class Session:
             if not done:
                 return None
             edit = outcome.edit
+            self.stats.engine_latencies.append((time.perf_counter() - t0) * 1000)
         self.stats.latencies.append((time.perf_counter() - t0) * 1000)
         if edit is None:
             return self._empty()

@@ -1,7 +1,8 @@
 """Local counters behind `redraft/stats`: requests, outcomes, user feedback, latency.
 
 Nothing here leaves the machine. Latency is kept for the last LATENCY_WINDOW answered
-requests (milliseconds from the request's arrival to its answer) and reported as p50/p95.
+requests (milliseconds from the request's arrival to its answer) and reported as p50/p95,
+for all of them and for those that waited for an engine run (not type-through).
 
 It knows nothing of LSP or the engine.
 """
@@ -40,6 +41,7 @@ class Counters:
     sources: dict = field(default_factory=dict)  # what answered: model / buffer / open / recent -> count
     draft_tokens_kept: int = 0  # draft tokens the model kept, over all answers from drafts
     latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    engine_latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # those that ran it
 
     def count_source(self, outcome) -> None:
         """Record where a finished engine (or draft-only) job's answer came from."""
@@ -50,8 +52,10 @@ class Counters:
             self.draft_tokens_kept += outcome.kept
 
     def as_dict(self) -> dict:
-        d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items() if k != "latencies"}
-        lat = list(self.latencies)
-        d["latency_ms"] = {"p50": round(percentile(lat, 0.5), 3), "p95": round(percentile(lat, 0.95), 3),
-                           "count": len(lat)}
+        d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()
+             if k not in ("latencies", "engine_latencies")}
+        for name, values in (("latency_ms", self.latencies), ("engine_latency_ms", self.engine_latencies)):
+            lat = list(values)
+            d[name] = {"p50": round(percentile(lat, 0.5), 3), "p95": round(percentile(lat, 0.95), 3),
+                       "count": len(lat)}
         return d

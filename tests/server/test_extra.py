@@ -1,0 +1,123 @@
+"""Extra context (definitions from other open documents, finished edits) and the unit-end
+stop, on real documents and grammars, without a model."""
+
+from __future__ import annotations
+
+import pytest
+
+from redraft.server import extra, postprocess
+from redraft.server.context import Mode, build, take_snapshot
+from redraft.server.document import Document
+from redraft.server.history import EditHistory
+from redraft.server.languages import syntax_for
+from redraft.server.settings import ServerConfig
+
+SHAPES = '''import math
+
+
+class Circle:
+    def __init__(self, radius):
+        self.radius = radius
+
+    def area(self):
+        return math.pi * self.radius ** 2
+
+
+@cache
+def unit_circle():
+    return Circle(1.0)
+'''
+
+UTILS_JS = '''function clamp(value, lo, hi) {
+  return Math.min(Math.max(value, lo), hi);
+}
+
+class Range {
+  constructor(lo, hi) { this.lo = lo; this.hi = hi; }
+}
+'''
+
+
+def doc(uri: str, text: str, language: str) -> Document:
+    return Document(uri, text, 1, language, syntax_for(language, uri))
+
+
+@pytest.mark.parametrize("uri,text,language,names", [
+    ("file:///shapes.py", SHAPES, "python", {"Circle", "__init__", "area", "unit_circle"}),
+    ("file:///utils.js", UTILS_JS, "javascript", {"clamp", "Range"}),
+    ("file:///notes.txt", "def helper(x):\n  pass\nfunc run() {}\n", "plaintext", {"helper", "run"}),
+])
+def test_definitions_by_name(uri, text, language, names):
+    defs = extra.definitions(doc(uri, text, language), {})
+    assert names <= set(defs)
+    first = defs[sorted(names)[0]]
+    assert first.text.splitlines()[0] == text.splitlines()[first.row]
+
+
+def test_definitions_are_cached_per_version():
+    cache: dict = {}
+    d = doc("file:///shapes.py", SHAPES, "python")
+    a = extra.definitions(d, cache)
+    assert extra.definitions(d, cache) is a
+    d.apply([((13, 0, 13, 0), "def another():\n    pass\n")], 2)
+    assert "another" in extra.definitions(d, cache)
+
+
+def test_definitions_of_names_near_the_cursor_from_other_documents():
+    shapes = doc("file:///lib/shapes.py", SHAPES, "python")
+    here = doc("file:///app.py", "from shapes import Circle\n\nc = Circle(2.0)\nprint(c.\n", "python")
+    text = extra.build(here, [shapes], [], 3, 8, 4000, {})
+    assert text.startswith("<|file_sep|>/lib/shapes.py\nclass Circle:\n")
+    assert "unit_circle" not in text  # not used near the cursor
+    # typing more of the line does not change it (its keys/values stay cached)
+    assert extra.build(here, [shapes], [], 3, 7, 4000, {}) == text
+
+
+def test_a_name_defined_here_needs_no_other_definition():
+    shapes = doc("file:///lib/shapes.py", SHAPES, "python")
+    here = doc("file:///app.py", "class Circle:\n    pass\n\nc = Circle(2.0)\n", "python")
+    assert extra.build(here, [shapes], [], 3, 15, 4000, {}) == ""
+
+
+def test_budget_keeps_whole_definitions():
+    shapes = doc("file:///lib/shapes.py", SHAPES, "python")
+    here = doc("file:///app.py", "x = Circle(1)\ny = unit_circle()\n", "python")
+    full = extra.build(here, [shapes], [], 1, 17, 4000, {})
+    cut = extra.build(here, [shapes], [], 1, 17, len(full) - 1, {})
+    assert full.count("<|file_sep|>") == 2 and cut.count("<|file_sep|>") == 1 and full.startswith(cut)
+
+
+def test_history_shows_finished_edits_only():
+    d = doc("file:///a.py", "a = 1\nb = 2\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\nz = 0\n", "python")
+    h = EditHistory()
+    t = 0.0
+    for rng, text in (((0, 4, 0, 5), "10"), ((20, 4, 20, 5), "9")):
+        for change in d.apply([(rng, text)], 2):
+            h.record(change, t)
+        t += 5.0
+    text = extra.render_history(h.recent(), cursor_row=20)  # the second edit is still at the cursor
+    assert text == "<|history|>-1\n+10\n<|file_sep|>"
+    assert extra.render_history(h.recent(), cursor_row=10).count("<|history|>") == 2
+
+
+def test_extra_context_takes_at_most_its_share():
+    d = doc("file:///a.py", "x = 1\ny = ", "python")
+    snap = take_snapshot(d, 1, 4, ServerConfig(context_tokens=100, extra_share=0.25), extra="E" * 90)
+    count = len  # one token per character
+    assert build(snap, count).extra == ""  # 90 > 25: left out whole rather than cut
+    snap = take_snapshot(d, 1, 4, ServerConfig(context_tokens=100, extra_share=0.25), extra="E" * 20)
+    ctx = build(snap, count)
+    assert ctx.extra == "E" * 20 and len(ctx.prefix) + len(ctx.suffix) <= 80
+
+
+@pytest.mark.parametrize("text,row,col,so_far,ended", [
+    ("x = f(", 0, 6, "a, b)", False),
+    ("x = f(", 0, 6, "a, b)\nnext", True),
+    ("def f(a):\n    ", 1, 4, "return a", False),
+    ("def f(a):\n    ", 1, 4, "if a:\n        return a\n    return 0\n", False),
+    ("def f(a):\n    ", 1, 4, "if a:\n        return a\n    return 0\ndef g", True),
+])
+def test_unit_ended(text, row, col, so_far, ended):
+    snap = take_snapshot(doc("file:///u.py", text, "python"), row, col, ServerConfig())
+    assert snap.mode in (Mode.LINE, Mode.ARGS, Mode.BLOCK)
+    assert postprocess.unit_ended(snap, so_far) is ended

@@ -234,9 +234,9 @@ class Engine:
             if not text or text in seen:
                 continue
             seen.add(text)
-            ids = self.tokenizer.encode(p.healed + text) + [self._draft_end]
-            if len(ids) <= limit:
-                out.append(ids)
+            ids = self.tokenizer.encode_healed(p.healed, text)
+            if ids is not None and len(ids) < limit:
+                out.append(ids + [self._draft_end])
         return out
 
     def _context_cache(self, key: str) -> ContextCache | None:

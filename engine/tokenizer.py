@@ -24,6 +24,7 @@ class Tokenizer:
         )
         self._strings: list[str] | None = None
         self._sorted: list[tuple[str, int]] | None = None
+        self._by_string: dict[str, int] | None = None
 
     @classmethod
     def from_folder(cls, folder: Path) -> "Tokenizer":
@@ -78,3 +79,18 @@ class Tokenizer:
                 break
             out.append(i)
         return out
+
+    def encode_healed(self, healed: str, text: str) -> list[int] | None:
+        """`healed + text` encoded so that the first token starts with `healed` (what token
+        healing allows at the span's first position); None when no token can."""
+        full = healed + text
+        ids = self.encode(full)
+        if not healed or (ids and self.strings()[ids[0]].startswith(healed)):
+            return ids
+        if self._by_string is None:
+            self._by_string = {s: i for i, s in enumerate(self.strings()) if i not in self.special_ids and s}
+        for n in range(min(len(full), 64), len(healed) - 1, -1):  # the longest allowed first token
+            first = self._by_string.get(full[:n])
+            if first is not None:
+                return [first] + self.encode(full[n:])
+        return None

@@ -4,8 +4,9 @@
 decides the mode at the cursor from the tree (or from the text, for plain-text documents)
 and freezes what background work needs into an immutable Snapshot (the lines are a tuple
 of immutable strings, so later edits cannot reach it). `build` runs on the inference
-thread: it cuts the prefix and suffix windows at line boundaries within a token budget
-and picks the span budget for the mode.
+thread: it cuts the prefix and suffix windows at line boundaries within a token budget,
+then back to the nearest statement boundaries (from the tree, frozen as row numbers), and
+picks the span budget for the mode.
 
 Modes: LINE (finish the rest of the line), BLOCK (a new block body after ':' or '{'), ARGS
 (inside an argument list) and NONE (mid-identifier with word characters right of the
@@ -17,6 +18,7 @@ It knows nothing of LSP messages or the engine beyond a token-counting function.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from dataclasses import dataclass
 from typing import Callable
@@ -50,6 +52,7 @@ class Snapshot:
     config: ServerConfig
     extra: str = ""  # extra context (extra.py), ahead of the prefix
     drafts: tuple[Draft, ...] = ()  # continuations of matching code, best first (drafts.py)
+    anchors: tuple[int, ...] = ()  # rows where statements start (windows are cut there)
 
     @property
     def left(self) -> str:
@@ -155,7 +158,7 @@ def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra
                   drafts: tuple[Draft, ...] = ()) -> Snapshot:
     mode, reason, indent = detect(doc, row, col, config)
     return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines), row, col, mode, reason, indent, config,
-                    extra, drafts)
+                    extra, drafts, statement_rows(doc, row))
 
 
 DRAFT_CONTEXT_LINES = 8  # lines above the cursor a draft's match may reach back into
@@ -232,4 +235,55 @@ def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None)
     span = cfg.block_tokens if snap.mode is Mode.BLOCK else cfg.line_tokens
     first = row - prefix.count("\n")
     last = row + suffix.count("\n")
+    # At syntax-node boundaries: drop the partial statement at either end of the window (when
+    # that keeps most of it), so the model never starts mid-statement and the prefix window's
+    # start only moves when it crosses a whole node, which keeps its keys/values reusable.
+    start = _anchor_after(snap.anchors, first, row)
+    if start is not None and start > first and (start - first) * 2 < row - first:
+        prefix = prefix[_nth_newline(prefix, start - first) + 1:]
+        first = start
+    end = _anchor_before(snap.anchors, last, row)
+    if end is not None and end <= last and (last + 1 - end) * 2 < last - row:
+        suffix = suffix[:_nth_newline(suffix, end - row) + 1]
+        last = end - 1
     return Context(prefix, suffix, extra, span, first, last)
+
+
+def _anchor_after(anchors: tuple[int, ...], first: int, row: int) -> int | None:
+    """The first statement start at or after `first` (and at or before the cursor row)."""
+    i = bisect.bisect_left(anchors, first)
+    return anchors[i] if i < len(anchors) and anchors[i] <= row else None
+
+
+def _anchor_before(anchors: tuple[int, ...], last: int, row: int) -> int | None:
+    """The last statement start in (row, last + 1]: the window ends just before it."""
+    i = bisect.bisect_right(anchors, last + 1) - 1
+    return anchors[i] if i >= 0 and anchors[i] > row + 1 else None
+
+
+def _nth_newline(text: str, n: int) -> int:
+    """Index of the n-th (1-based) newline in `text`."""
+    at = -1
+    for _ in range(n):
+        at = text.index("\n", at + 1)
+    return at
+
+
+def statement_rows(doc: Document, row: int, depth: int = 3) -> tuple[int, ...]:
+    """Rows where statements start: the top-level nodes, and down the nodes that hold `row`
+    (class, function, ...), their bodies' statements, `depth` levels deep."""
+    if doc.tree is None:
+        return ()
+    rows: set[int] = set()
+    node = doc.tree.root_node
+    for _ in range(depth):
+        holder = None
+        for child in node.named_children:
+            start, end = child.start_point[0], child.end_point[0]
+            rows.add(start)
+            if start < row <= end:
+                holder = child
+        if holder is None:
+            break
+        node = holder.child_by_field_name("body") or holder
+    return tuple(sorted(rows))

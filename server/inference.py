@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
 from redraft.engine import DEFAULT_MODEL, CancelFlag, Cancelled, Engine, EngineError, Stats
 
 from . import context, postprocess
-from .context import Mode, Snapshot
+from .context import Draft, Mode, Snapshot
 from .postprocess import Edit
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,17 @@ def complete_from_drafts(snap: Snapshot) -> Outcome:
     return Outcome(None, False)
 
 
+def usable_drafts(snap: Snapshot, ctx: context.Context) -> tuple[Draft, ...]:
+    """The drafts as they would be shown (post-processed), those that would not be dropped: a
+    draft that repeats the suffix or breaks the parse is no candidate worth a batch row."""
+    out = []
+    for d in snap.drafts:
+        edit = postprocess.finish(snap, ctx, d.text)
+        if edit is not None and edit.replace == 0:
+            out.append(replace(d, text=edit.text))
+    return tuple(out)
+
+
 def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
                on_draft: Callable[[str, int, int], None] | None = None) -> Outcome:
     """One engine call for a snapshot: windows, drafts (per the settings), post-processing.
@@ -111,7 +122,7 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
     sampler = engine.config.sampler.with_(span=ctx.span, lengths=())
     if snap.config.threshold is not None:
         sampler = sampler.with_(threshold=snap.config.threshold)
-    drafts = snap.drafts if snap.config.drafts == "seeded" else ()
+    drafts = usable_drafts(snap, ctx) if snap.config.drafts == "seeded" else ()
     stream = None if on_draft is None else (lambda d: on_draft(d.text, d.step, d.masked))
     try:
         result = engine.infill(ctx.prefix, ctx.suffix, ctx.extra, drafts=[d.text for d in drafts], sampler=sampler,

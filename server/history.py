@@ -42,7 +42,8 @@ class EditHistory:
     def __init__(self, max_events: int = MAX_EVENTS) -> None:
         self.events: deque[EditEvent] = deque(maxlen=max_events)
 
-    def record(self, change: Change, now: float) -> None:
+    def record(self, change: Change, now: float) -> bool:
+        """Add a change; True when it opened a new event."""
         first = change.line
         last = change.line + max(change.new_lines, 1) - 1
         shift = change.new_lines - change.old_lines
@@ -57,8 +58,9 @@ class EditHistory:
                 ev.first_line, ev.last_line = min(ev.first_line, first), max(ev.last_line, last)
                 ev.updated = now
                 ev.changes.append(change)
-                return
+                return False
         self.events.append(EditEvent(first, last, now, now, [change]))
+        return True
 
     def recent(self) -> list[EditEvent]:
         return list(self.events)

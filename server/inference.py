@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
-from redraft.engine import DEFAULT_MODEL, CancelFlag, Cancelled, Engine, EngineError, Stats
+from redraft.engine import DEFAULT_MODEL, CancelFlag, Cancelled, Engine, EngineError, SamplerConfig, Stats
 
 from . import context, postprocess
 from .context import Draft, Mode, Snapshot
@@ -114,12 +114,15 @@ def usable_drafts(snap: Snapshot, ctx: context.Context) -> tuple[Draft, ...]:
 
 
 def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
-               on_draft: Callable[[str, int, int], None] | None = None) -> Outcome:
+               on_draft: Callable[[str, int, int], None] | None = None,
+               sampler: SamplerConfig | None = None) -> Outcome:
     """One engine call for a snapshot: windows, drafts (per the settings), post-processing.
-    The server, `redraft complete` and `redraft eval infill` all come through here."""
+    The server, `redraft complete` and `redraft eval infill` all come through here. `sampler`
+    stands in for the engine's own settings in this call only (an HTTP request's temperature):
+    the engine's config is shared by every request."""
     span_max = max(snap.config.line_tokens, snap.config.block_tokens)
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
-    sampler = engine.config.sampler.with_(span=ctx.span, lengths=())
+    sampler = (sampler or engine.config.sampler).with_(span=ctx.span, lengths=())
     if snap.config.threshold is not None:
         sampler = sampler.with_(threshold=snap.config.threshold)
     drafts = usable_drafts(snap, ctx) if snap.config.drafts == "seeded" else ()
@@ -140,3 +143,33 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
 
 def _chars_as_tokens(text: str) -> int:
     return int(len(text) / context.CHARS_PER_TOKEN) + 1
+
+
+EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS = 800, 300  # windows around a proposal's line (scoring only)
+
+
+def predict_edits(engine: Engine, lines: tuple[str, ...], proposals: list, extra: str, margin: float,
+                  flag: CancelFlag | None = None) -> list:
+    """The proposals (nextedit.Proposal) the model prefers to the line as it is, by at least
+    `margin` in mean log-prob; "no edit" wins every tie. Runs on the executor."""
+    kept = []
+    for p in proposals:
+        if flag is not None and flag.is_set():
+            return []
+        prefix = _window("".join(lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
+        suffix = _window("".join(lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
+        as_is, edited = engine.score(prefix, "\n" + suffix, [p.original, p.proposed], extra=extra)
+        if edited >= as_is + margin:
+            kept.append(p)
+    return kept
+
+
+def _window(text: str, chars: int, from_end: bool) -> str:
+    """At most `chars` characters of `text`, cut at a line start."""
+    if len(text) <= chars:
+        return text
+    if from_end:
+        cut = text[-chars:]
+        return cut[cut.find("\n") + 1:]
+    cut = text[:chars]
+    return cut[:cut.rfind("\n") + 1]

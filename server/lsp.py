@@ -13,7 +13,10 @@ Custom surface: `redraft/stats` (request), Copilot's `textDocument/didShowComple
 and `textDocument/didPartiallyAcceptCompletion` (notifications), the accept command
 `redraft.accept` through `workspace/executeCommand`, `redraft/draft` notifications (the
 engine's draft after every denoising step, for clients that set `streamDrafts`), and
-`$/progress` while the model loads (clients with `window.workDoneProgress`).
+`$/progress` while the model loads (clients with `window.workDoneProgress`), and next-edit
+suggestions: Copilot's `textDocument/copilotInlineEdit` (+ `textDocument/didShowInlineEdit`
+and the `redraft.acceptEdit` command) and, for every other client, a quick-fix code action
+applying the same edits, always for the document version they were computed on.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification
 from pygls.protocol.language_server import lsp_method
 
+from .document import utf16_len
 from .inference import Inference
 from .session import Proposal, Session
 from .settings import ServerConfig
@@ -40,6 +44,9 @@ ACCEPT_COMMAND = "redraft.accept"
 STATS = "redraft/stats"
 DID_SHOW = "textDocument/didShowCompletion"
 DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
+INLINE_EDIT = "textDocument/copilotInlineEdit"  # Copilot's next-edit suggestions (NES)
+DID_SHOW_EDIT = "textDocument/didShowInlineEdit"
+ACCEPT_EDIT_COMMAND = "redraft.acceptEdit"
 
 
 class RedraftProtocol(LanguageServerProtocol):
@@ -102,11 +109,12 @@ def _as_plain(obj: Any) -> Any:
     return obj
 
 
-def build_server(config: ServerConfig | None = None) -> LanguageServer:
-    """A ready-to-start server; the model loads in the background after `initialize`."""
+def build_server(config: ServerConfig | None = None, inference: Inference | None = None) -> LanguageServer:
+    """A ready-to-start server; the model loads in the background after `initialize`. Pass an
+    `inference` to share its engine (one model in memory) with the HTTP front."""
     server = LanguageServer(NAME, "0.1.0", protocol_cls=RedraftProtocol,
                             text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
-    inference = Inference()
+    inference = inference or Inference()
     session = Session(config or ServerConfig(), inference)
     server.session = session  # for tests and embedding; handlers close over it
 
@@ -230,6 +238,64 @@ def build_server(config: ServerConfig | None = None) -> LanguageServer:
             log.exception("inlineCompletion %s", uri)
             session.stats.errors += 1
             return T.InlineCompletionList(items=[])
+
+    def edit_items(uri: str, version: int, found) -> list[dict]:
+        items = []
+        for p in found:
+            start, end = utf16_len(p.original[:p.start]), utf16_len(p.original[:p.end])
+            rng = {"start": {"line": p.row, "character": start}, "end": {"line": p.row, "character": end}}
+            items.append({"text": p.text, "range": rng, "textDocument": {"uri": uri, "version": version},
+                          "command": {"title": "accept", "command": ACCEPT_EDIT_COMMAND, "arguments": [uri]}})
+        return items
+
+    @server.feature(INLINE_EDIT)
+    async def inline_edit(ls: LanguageServer, params: Any) -> dict:
+        """Copilot's next-edit request: the edits the newest edit implies, for this version only."""
+        try:
+            p = _as_plain(params)
+            doc = p.get("textDocument") or p.get("text_document") or {}
+            uri, version = doc.get("uri"), doc.get("version")
+            if not isinstance(uri, str):
+                return {"edits": []}
+            at, found = await session.next_edits(uri, version if isinstance(version, int) else None)
+            return {"edits": edit_items(uri, at, found)}
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("inlineEdit")
+            session.stats.errors += 1
+            return {"edits": []}
+
+    @server.feature(DID_SHOW_EDIT)
+    def did_show_edit(ls: LanguageServer, params: Any) -> None:
+        session.stats.edits_shown += 1
+
+    @server.command(ACCEPT_EDIT_COMMAND)
+    def accept_edit(ls: LanguageServer, *args: Any) -> None:
+        session.stats.edits_accepted += 1
+
+    @server.feature(T.TEXT_DOCUMENT_CODE_ACTION,
+                    T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix]))
+    async def code_action(ls: LanguageServer, params: T.CodeActionParams) -> list[T.CodeAction]:
+        """The same predicted edits for clients without Copilot's request: one action applying all."""
+        uri = params.text_document.uri
+        try:
+            at, found = await session.next_edits(uri)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("codeAction")
+            return []
+        if not found:
+            return []
+        edits = [T.TextEdit(T.Range(T.Position(i["range"]["start"]["line"], i["range"]["start"]["character"]),
+                                    T.Position(i["range"]["end"]["line"], i["range"]["end"]["character"])),
+                            i["text"]) for i in edit_items(uri, at, found)]
+        change = T.TextDocumentEdit(T.OptionalVersionedTextDocumentIdentifier(uri=uri, version=at), edits)
+        title = "Apply predicted edit" if len(edits) == 1 else f"Apply predicted edits ({len(edits)})"
+        # (no command beside the edit: some clients then read the action as a bare Command)
+        return [T.CodeAction(title=title, kind=T.CodeActionKind.QuickFix,
+                             edit=T.WorkspaceEdit(document_changes=[change]))]
 
     @server.feature(STATS)
     def stats(ls: LanguageServer, params: Any) -> dict:

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from . import drafts as draft_index
-from . import extra, settings
+from . import extra, nextedit, settings
 from .context import Draft, Mode, Snapshot, find_drafts, take_snapshot
 from .document import Change, Document, body, utf16_len
 from .history import EditHistory
-from .inference import Inference
+from .inference import Inference, predict_edits
 from .languages import syntax_for
 from .postprocess import Edit
 from .scheduler import Scheduler
@@ -64,6 +64,9 @@ class DocState:
     history: EditHistory = field(default_factory=EditHistory)
     shown: Suggestion | None = None
     expect: tuple[int, str, str] | None = None  # after an accept: (row, left, right) the buffer will show
+    event_before: list[str] | None = None  # the lines as they were when the newest edit event began
+    edits: tuple[int, list] | None = None  # (version, next-edit proposals) computed for that version
+    edit_timer: asyncio.TimerHandle | None = None  # the debounced next-edit computation
     prefetch: tuple[int, int, int, asyncio.Future] | None = None  # (version, row, col, job) computed ahead
 
     def on_change(self, change: Change) -> None:
@@ -71,6 +74,7 @@ class DocState:
                                  self.doc.lines[change.line:change.line + change.new_lines])
 
 
+EDIT_DEBOUNCE = 0.3  # seconds of quiet after an edit before next edits are computed ahead
 RECENT_REMOVED = 4  # recent edits whose removed text is searched for drafts
 
 
@@ -114,14 +118,21 @@ class Session:
             # Applied anyway: the edits are the truth the client shows; only the number is off.
             log.warning("%s: version %d after %d (out of order)", uri, version, st.doc.version)
         now = self.clock()
+        lines_before = list(st.doc.lines)  # a shallow copy: what a new edit event started from
         for change in st.doc.apply(changes, version, on_change=st.on_change):
-            st.history.record(change, now)
+            if st.history.record(change, now):
+                st.event_before = lines_before
         if st.expect is not None:
             self._prefetch_if_accepted(uri, st)
+        self._debounce_edits(uri, st)
 
     def close(self, uri: str) -> None:
-        if self.docs.pop(uri, None) is not None:
+        st = self.docs.pop(uri, None)
+        if st is not None:
+            if st.edit_timer is not None:
+                st.edit_timer.cancel()
             self.scheduler.supersede(uri)
+            self.scheduler.supersede(uri + "#edits")
             self.inference.forget(uri)
             self.definitions.pop(uri, None)
 
@@ -232,6 +243,56 @@ class Session:
         if "\n" in typed or not text.startswith(typed) or len(typed) >= len(text):
             return None
         return Edit(text[len(typed):], s.edit.replace)
+
+    # -- next edits ----------------------------------------------------------------------
+
+    async def next_edits(self, uri: str, version: int | None = None) -> tuple[int, list]:
+        """(version, proposals) for the document as it is: the edits its newest edit event
+        implies elsewhere, judged by the model. Nothing for a stale version or no event."""
+        st = self.docs.get(uri)
+        if st is None or (version is not None and version != st.doc.version):
+            return (version or 0), []
+        if st.edits is not None and st.edits[0] == st.doc.version:
+            return st.edits
+        doc, events = st.doc, st.history.recent()
+        if not events or st.event_before is None:
+            return doc.version, []
+        at = doc.version
+        ev = events[-1]
+        intent = nextedit.intent(st.event_before, doc, ev.first_line, min(ev.last_line, len(doc.lines) - 1))
+        found = nextedit.proposals(intent, doc) if intent is not None else []
+        if found and self.inference.engine is not None and not self.inference.engine.model_config.is_causal:
+            history = extra.render_events([(e.removed, e.inserted) for e in events])
+            job = partial(predict_edits, self.inference.engine, tuple(doc.lines), found, history,
+                          self.config.edit_margin)
+            done, found = await self.scheduler.run(uri + "#edits", job)
+            if not done:
+                return at, []
+        st = self.docs.get(uri)
+        if st is None or st.doc.version != at:
+            return at, []  # the document moved on meanwhile: never answer for a stale version
+        st.edits = (at, found)
+        self.stats.edits_proposed += len(found)
+        return at, found
+
+    def _debounce_edits(self, uri: str, st: DocState) -> None:
+        """Compute next edits once the typing pauses (EDIT_DEBOUNCE s), ready for the request."""
+        if st.edit_timer is not None:
+            st.edit_timer.cancel()
+            st.edit_timer = None
+        if not self.config.next_edit:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        st.edit_timer = loop.call_later(EDIT_DEBOUNCE, lambda: loop.create_task(self._quiet_edits(uri)))
+
+    async def _quiet_edits(self, uri: str) -> None:
+        try:
+            await self.next_edits(uri)
+        except Exception:  # background work: log it, never break the session
+            log.exception("next edits for %s", uri)
 
     # -- feedback ------------------------------------------------------------------------
 

@@ -34,6 +34,8 @@ class ServerConfig:
     max_drafts: int = 4  # draft candidates per request
     extra_context: bool = True  # definitions from other open documents and recent edits, ahead of the prefix
     extra_share: float = 0.25  # of the context budget, at most, for the extra context
+    next_edit: bool = True  # compute next-edit suggestions ahead once typing pauses
+    edit_margin: float = -1.0  # a proposed edit is dropped when the model prefers the text as it is by more
     stream_drafts: bool = False  # send `redraft/draft` notifications while a completion denoises
 
     def enabled(self, language: str) -> bool:
@@ -67,7 +69,11 @@ def _check(name: str, value: Any) -> Any:
         if value not in ("seeded", "only", "off"):
             raise ValueError("must be one of seeded, only, off")
         return value
-    if name in ("comments", "extra_context", "stream_drafts"):
+    if name == "edit_margin":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
+            raise ValueError("must be a number in -100..100")
+        return float(value)
+    if name in ("comments", "extra_context", "stream_drafts", "next_edit"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
         return value

@@ -40,6 +40,9 @@ class Counters:
     abstained: int = 0  # the model judged every candidate too unlikely to show
     sources: dict = field(default_factory=dict)  # what answered: model / buffer / open / recent -> count
     draft_tokens_kept: int = 0  # draft tokens the model kept, over all answers from drafts
+    edits_proposed: int = 0  # next edits proposed (after the model's judgement)
+    edits_shown: int = 0  # textDocument/didShowInlineEdit
+    edits_accepted: int = 0  # the accept-edit command
     latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     engine_latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # those that ran it
 

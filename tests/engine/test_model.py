@@ -70,3 +70,25 @@ def test_padding_keys_do_not_leak(pair):
     valid = torch.tensor([[True] * 6 + [False] * 3])
     got = model(padded_ids, padded_pos, key_valid=valid)[:, :6]
     assert torch.allclose(got, alone, atol=ATOL)
+
+
+def test_fused_inference_projections_match_and_follow_weight_changes(pair):
+    """On CPU, inference reads q/k/v and gate/up as one matrix each: same outputs, and an
+    in-place weight change (training) is seen by the next inference call."""
+    _, ours, V = pair
+    ids = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(ids.shape[1]).unsqueeze(0).expand(2, -1)
+    with torch.no_grad():
+        plain = ours(ids, pos)
+    with torch.inference_mode():
+        fused = ours(ids, pos)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+    layer = ours.model.layers[0]
+    with torch.no_grad():
+        layer.self_attn.k_proj.weight.mul_(0.5)
+        layer.mlp.up_proj.weight.add_(0.01)
+        changed = ours(ids, pos)
+    with torch.inference_mode():
+        fused = ours(ids, pos)
+    torch.testing.assert_close(fused, changed, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(changed, plain)

@@ -262,3 +262,20 @@ def test_eval_infill_user_errors(folder, tmp_path):
     assert out.returncode == 2 and "no readable *.py files" in out.stderr
     out = redraft("eval", "infill", "--files", str(folder), "--model", str(tmp_path))
     assert out.returncode == 2 and "config.json" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_eval_next_edit_json(folder, tmp_path_factory):
+    out = redraft("eval", "next-edit", "--files", str(folder), "--no-model", "--limit", "5", "--json")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["model"] is None and rep["files"] == 2
+    rename = rep["kinds"]["rename_param"]
+    assert rename["n"] >= 1 and rename["precision"] == 1.0 and rename["recall"] == 1.0
+    assert rename["reversal_ratio"] == 0.0 and rename["p50_ms"] >= 0
+    model = tiny.make_family(tmp_path_factory.mktemp("ne") / "redraft", "redraft")
+    out = redraft("eval", "next-edit", "--files", str(folder), "--model", str(model), "--limit", "2",
+                  "--kinds", "rename_param", "--margin", "-100")
+    assert out.returncode == 0, out.stderr
+    assert "rename_param" in out.stdout and "precision" in out.stdout
+    out = redraft("eval", "next-edit", "--files", str(folder), "--kinds", "typo")
+    assert out.returncode == 2 and "unknown kind" in out.stderr

@@ -1,0 +1,96 @@
+"""Next-edit suggestions against the real server and the shipped default model."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as T
+from pytest_lsp import LanguageClient
+
+from lsp_helpers import CAPABILITIES, SERVER, edit, open_doc, stats
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SHAPES = '''import math
+
+
+def volume(height, radius):
+    base = math.pi * radius ** 2
+    top = radius * 2
+    return base * height
+
+
+def describe(shape):
+    return f"shape {shape}"
+'''
+
+
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def client(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(T.InitializeParams(
+        capabilities=CAPABILITIES, initialization_options={"nextEdit": False}))  # requests only
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def inline_edits(client: LanguageClient, uri: str, version: int, line: int = 0, char: int = 0) -> list:
+    result = await client.protocol.send_request_async("textDocument/copilotInlineEdit", {
+        "textDocument": {"uri": uri, "version": version}, "position": {"line": line, "character": char},
+        "context": {"triggerKind": 2}})
+    return list(result.edits)
+
+
+def rename_at_definition(client: LanguageClient, uri: str) -> None:
+    open_doc(client, uri, SHAPES)
+    col = SHAPES.splitlines()[3].index("radius")
+    edit(client, uri, 2, 3, col, "r", end=(3, col + len("radius")))
+
+
+async def test_rename_at_the_definition_proposes_the_other_uses(client: LanguageClient):
+    uri = "file:///work/shapes.py"
+    rename_at_definition(client, uri)
+    edits = await inline_edits(client, uri, 2, 3, 24)
+    lines = SHAPES.splitlines()
+    expected = sorted((row, lines[row].index("radius")) for row in (4, 5))
+    got = sorted((e.range.start.line, e.range.start.character) for e in edits)
+    assert got == expected
+    for e in edits:
+        assert e.text == "r" and e.range.end.character - e.range.start.character == len("radius")
+        assert e.textDocument.uri == uri and e.textDocument.version == 2
+        assert e.range.start.line != 3  # the line the user is editing is never touched
+        assert e.command.command == "redraft.acceptEdit"
+    # the same edits as a code action, on the same version
+    actions = await client.text_document_code_action_async(T.CodeActionParams(
+        T.TextDocumentIdentifier(uri), T.Range(T.Position(3, 0), T.Position(3, 0)), T.CodeActionContext([])))
+    assert len(actions) == 1
+    change = actions[0].edit.document_changes[0]
+    assert change.text_document.version == 2
+    assert sorted((t.range.start.line, t.range.start.character, t.new_text) for t in change.edits) == \
+        sorted((e.range.start.line, e.range.start.character, e.text) for e in edits)
+    assert (await stats(client))["edits_proposed"] >= 2
+
+
+async def test_a_stale_version_gets_no_edits(client: LanguageClient):
+    uri = "file:///work/stale.py"
+    rename_at_definition(client, uri)
+    assert await inline_edits(client, uri, 1) == []
+    assert await inline_edits(client, uri, 2) != []
+
+
+async def test_an_unrelated_edit_gets_no_edit(client: LanguageClient):
+    uri = "file:///work/unrelated.py"
+    open_doc(client, uri, SHAPES)
+    edit(client, uri, 2, 10, 0, "# a note about shapes\n")
+    assert await inline_edits(client, uri, 2) == []
+    actions = await client.text_document_code_action_async(T.CodeActionParams(
+        T.TextDocumentIdentifier(uri), T.Range(T.Position(0, 0), T.Position(0, 0)), T.CodeActionContext([])))
+    assert not actions
+
+
+async def test_unknown_documents_and_bad_params_get_nothing(client: LanguageClient):
+    assert await inline_edits(client, "file:///work/never-opened.py", 1) == []
+    result = await client.protocol.send_request_async("textDocument/copilotInlineEdit", {"nonsense": True})
+    assert list(result.edits) == []
+    uri = "file:///work/shapes2.py"
+    rename_at_definition(client, uri)
+    assert await inline_edits(client, uri, 2, 999, 999) != []  # the position only orders; edits still valid

@@ -143,4 +143,5 @@ class EngineConfig:
     threads: int = 0  # torch intra-op threads on CPU; 0 = leave torch's default
     reuse_cache: bool = True  # keep context keys/values across requests where that is exact
     max_context_tokens: int = 4096  # hard cap; callers should trim before this
+    kernels: str = "auto"  # auto: Triton kernels on CUDA when installed | torch | triton (forced)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)

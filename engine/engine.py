@@ -27,6 +27,7 @@ from .model import DiffusionLM
 from .result import Completion, Draft, Stats
 from .sampler import Denoiser
 from .tokenizer import Tokenizer
+from redraft.kernels import backend
 
 MAX_CONTEXT_CACHES = 16  # documents whose context keys/values are kept (~2 MB each for the default model)
 
@@ -71,6 +72,9 @@ class Engine:
         self._banned = sorted((set(tokenizer.special_ids) | {mc.mask_token_id}) - set(mc.end_token_ids) - {None})
         self._vocab_limit = min(tokenizer.vocab_size, mc.vocab_size)
         self._caches: OrderedDict[str, ContextCache] = OrderedDict()
+        # The kernel backend, chosen once: Triton on CUDA (when installed), PyTorch elsewhere.
+        self.kernels = backend.ops(dev, self.config.kernels) if backend.use_triton(dev, self.config.kernels) else None
+        self.model.span_attention = None if self.kernels is None else self.kernels.span_attention
 
     # -- loading -------------------------------------------------------------------------
 
@@ -153,6 +157,8 @@ class Engine:
         else:
             denoiser = Denoiser(self.model, scfg, owners, self._end_ids, self._pad_id, self._banned, first_allowed,
                                 self._vocab_limit, reuse, cancel,
+                                head=None if self.kernels is None else self.kernels.head_confidence,
+                                on_step=
                                 None if on_draft is None else
                                 (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_draft)))
             if stop is not None:

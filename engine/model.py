@@ -102,7 +102,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(e, self.k * self.d, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(self.h * self.d, e, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache | None, start: int, mask) -> torch.Tensor:
+    def forward(self, x, cos, sin, cache: KVCache | None, start: int, mask, fast=None, key_valid=None) -> torch.Tensor:
         B, T, _ = x.shape
         if _fuse(x):  # one matmul instead of three
             w, bias = _fused(self, (self.q_proj, self.k_proj, self.v_proj))
@@ -116,7 +116,10 @@ class Attention(nn.Module):
         k = k * cos + _rotate_half(k) * sin
         if cache is not None:
             k, v = cache.write(self.layer, start, k, v)  # all keys [0, start + T)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.h != self.k)
+        if fast is not None:  # the span attention kernel: same function, masks as key_valid
+            y = fast(q, k, v, key_valid)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.h != self.k)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
 
 
@@ -164,8 +167,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, cache, start, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, mask)
+    def forward(self, x, cos, sin, cache, start, mask, fast=None, key_valid=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, mask, fast, key_valid)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -188,6 +191,8 @@ class DiffusionLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        # Set by the engine when the Triton kernels run: the span attention of a denoising step.
+        self.span_attention = None
 
     def forward(
         self,
@@ -203,10 +208,11 @@ class DiffusionLM(nn.Module):
         B, T = ids.shape
         x = self.model.embed_tokens(ids)
         cos, sin = self.model.rotary_emb(pos, x.dtype)
-        if mask is None:
+        fast = self.span_attention if cache is not None and not causal and mask is None else None
+        if mask is None and fast is None:
             mask = attention_mask(B, T, start if cache is not None else 0, causal, key_valid, ids.device)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, cache, start, mask)
+            x = layer(x, cos, sin, cache, start, mask, fast, key_valid)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

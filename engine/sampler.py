@@ -106,6 +106,9 @@ class Denoiser:
     # stop(row, ids) -> True once the row's unit is complete: ids are the span's tokens
     # committed contiguously from its start (up to the first mask or end token).
     stop: Callable[[int, list[int]], bool] | None = None
+    # The fused head kernel (kernels.head_confidence): greedy choice and confidence without
+    # writing the logits; used when nothing but banned ids constrains the choice.
+    head: Callable | None = None
     alive: list[int] = field(init=False, default_factory=list)  # request index of each row still running
 
     def run(self, batch: Batch) -> Denoised:
@@ -169,9 +172,12 @@ class Denoiser:
             forwards += 1
             steps += 1
             b_idx, a_idx = masked.nonzero(as_tuple=True)
-            logits = self.model.logits(hidden[b_idx, a_idx - shift])
-            self._constrain(logits, b_idx, a_idx - batch.span_at)
-            c = choose(logits, self.scfg, gen)
+            if self.head is not None and self.scfg.temperature == 0 and not self.first_allowed:
+                c = self._choose_fused(hidden[b_idx, a_idx - shift])
+            else:
+                logits = self.model.logits(hidden[b_idx, a_idx - shift])
+                self._constrain(logits, b_idx, a_idx - batch.span_at)
+                c = choose(logits, self.scfg, gen)
             if self.scfg.end_in_order:
                 self._defer_early_ends(c, b_idx, a_idx, masked)
             if self.scfg.block_size:
@@ -220,6 +226,11 @@ class Denoiser:
         self.alive = list(self.owners)
         lp, _, _ = self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded)
         return lp.masked_fill(~seeded, 0.0).sum(1) / seeded.sum(1).clamp_min(1)
+
+    def _choose_fused(self, rows: torch.Tensor) -> Choice:
+        banned = torch.tensor(self.banned, dtype=torch.long, device=rows.device) if self.banned else None
+        conf = self.head(rows.contiguous(), self.model.lm_head.weight, 1.0, self.vocab_limit, banned)
+        return Choice(conf.tokens, conf.score(self.scfg.score).clone(), conf.prob, conf.logp, conf.logp)
 
     # -- drafts ----------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
     python tests/bench/bench_gpu_engine.py --device cuda [--shapes open-dcoder-0.5b,diffucoder-7b]
         [--context 2048] [--spans 32,64] [--batches 1,8] [--repeats 20] [--out results.json]
 
-Random bf16 weights of the named shape, a fixed 8 denoising steps per 32 span tokens (random
+The engine's kernel backend (Triton on CUDA when installed, else PyTorch), random bf16 weights of the named shape, a fixed 8 denoising steps per 32 span tokens (random
 weights never clear a confidence threshold), `--context` tokens of context; encoding (the
 context's keys/values) and generation (the denoising steps, or autoregressive decoding of
 the same span with the same backbone attending causally) are timed separately, medians
@@ -28,6 +28,7 @@ from redraft.engine.config import ModelConfig, SamplerConfig
 from redraft.engine.layout import build_row
 from redraft.engine.model import DiffusionLM
 from redraft.engine.sampler import Denoiser
+from redraft.kernels import backend
 
 SHAPES = {
     "open-dcoder-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
@@ -50,7 +51,12 @@ def build(shape: str, device: str, dtype: torch.dtype, attention: str) -> Diffus
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.02, generator=gen)
-    return model.to(dtype).eval()
+    model = model.to(dtype).eval()
+    # the engine's backend choice (Triton on CUDA when installed), as Engine.__init__ makes it
+    ops = backend.ops(device) if backend.use_triton(device) else None
+    model.span_attention = None if ops is None else ops.span_attention
+    model.head = None if ops is None else ops.head_confidence
+    return model
 
 
 def sync(device: str) -> None:
@@ -77,7 +83,7 @@ def run_once(model, batch, span: int, device: str, causal: bool) -> tuple[float,
     if causal:
         out = decode(model, batch, scfg, end_ids=end, pad_id=END, banned=[MASK], first_allowed={}, owners=owners)
     else:
-        out = Denoiser(model, scfg, owners, end, END, [MASK]).run(batch)
+        out = Denoiser(model, scfg, owners, end, END, [MASK], head=model.head).run(batch)
     sync(device)
     return out.encode_ms, out.generate_ms
 
@@ -106,7 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--spans", default="32,64")
     ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--out", default=None, help="write the results here as JSON")
     args = ap.parse_args(argv)
     results = []
@@ -126,6 +132,7 @@ def main(argv=None) -> int:
     print(f"total {time.time() - t0:.0f} s on {args.device}")
     if args.out:
         meta = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+                "kernels": "triton" if backend.use_triton(args.device) else "torch",
                 "torch": torch.__version__, "results": results}
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)

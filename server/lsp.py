@@ -60,6 +60,15 @@ class RedraftProtocol(LanguageServerProtocol):
             # Something handle_message ignores (an unknown notification), so the reader goes on.
             return JsonRPCNotification(method="$/redraft/invalid", jsonrpc="2.0", params=None)
 
+    @lsp_method(T.INITIALIZE)
+    def lsp_initialize(self, params: T.InitializeParams):
+        # The session counts columns in UTF-16, which every client must accept; pygls would
+        # pick the client's first preference (Neovim offers UTF-8 first).
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            general.position_encodings = [T.PositionEncodingKind.Utf16]
+        return (yield from super().lsp_initialize(params))
+
     # The Session owns open documents: only forward to the user handlers.
     @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params):

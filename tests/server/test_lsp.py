@@ -177,3 +177,20 @@ async def test_feedback_counters(client: LanguageClient):
     assert after["partially_accepted"] == before["partially_accepted"] + 1
     assert after["accepted"] == before["accepted"] + 1
     assert set(after["latency_ms"]) >= {"p50", "p95"}
+
+
+async def test_columns_are_utf16_whatever_the_client_prefers(tiny_model):
+    """A client offering UTF-8 first (as Neovim does) still gets UTF-16, which the server counts."""
+    import attrs
+    from lsp_helpers import CAPABILITIES
+    caps = attrs.evolve(CAPABILITIES, general=T.GeneralClientCapabilities(
+        position_encodings=[T.PositionEncodingKind.Utf8, T.PositionEncodingKind.Utf16]))
+    client = LanguageClient()
+    await client.start_io(*SERVER.server_command)
+    try:
+        result = await client.initialize_session(T.InitializeParams(capabilities=caps,
+                                                                    initialization_options={"model": str(tiny_model)}))
+        assert result.capabilities.position_encoding == T.PositionEncodingKind.Utf16
+    finally:
+        await client.shutdown_session()
+        await client.stop()

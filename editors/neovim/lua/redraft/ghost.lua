@@ -196,14 +196,9 @@ end
 ---@param buf integer
 ---@param kind integer? trigger kind (1 invoked, 2 automatic)
 function M.request(buf, kind)
-  local st, client = states[buf], client_of.get(buf)
-  if not st or not client then
+  local st, client = client_of.begin(states, buf)
+  if not st then
     return
-  end
-  st.timer:stop()
-  if st.req then
-    client_of.cancel(client, st.req)
-    st.req = nil
   end
   local row, col = client_of.cursor(buf)
   if row == nil then
@@ -410,14 +405,7 @@ end
 
 ---@param buf integer
 function M.detach(buf)
-  local st = states[buf]
-  if not st then
-    return
-  end
-  M.dismiss(buf)
-  states[buf] = nil
-  st.timer:close()
-  pcall(api.nvim_del_augroup_by_id, st.augroup)
+  client_of.forget(states, buf, M.dismiss)
 end
 
 M.TRIGGER_INVOKED = TRIGGER_INVOKED

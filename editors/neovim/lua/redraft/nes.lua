@@ -92,14 +92,9 @@ end
 --- Asks for the next edits now (cancelling the request in flight).
 ---@param buf integer
 function M.request(buf)
-  local st, client = states[buf], client_of.get(buf)
-  if not st or not client then
+  local st, client = client_of.begin(states, buf)
+  if not st then
     return
-  end
-  st.timer:stop()
-  if st.req then
-    client_of.cancel(client, st.req)
-    st.req = nil
   end
   local row, col = client_of.cursor(buf)
   if row == nil then
@@ -298,14 +293,7 @@ end
 
 ---@param buf integer
 function M.detach(buf)
-  local st = states[buf]
-  if not st then
-    return
-  end
-  M.dismiss(buf)
-  states[buf] = nil
-  st.timer:close()
-  pcall(api.nvim_del_augroup_by_id, st.augroup)
+  client_of.forget(states, buf, M.dismiss)
 end
 
 return M

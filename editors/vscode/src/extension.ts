@@ -1,0 +1,228 @@
+/**
+ * redraft for VS Code: starts `redraft serve` (the `redraft.serverCommand` setting) with
+ * vscode-languageclient, which registers the LSP inline completion provider itself; adds
+ * next-edit suggestions (nextEditView), accept next word / line, a status bar item, the
+ * settings as `initializationOptions` (re-sent on change) and an optional live view of the
+ * denoising drafts. All prediction logic lives in the server.
+ */
+
+import * as vscode from "vscode";
+import {
+  DidChangeConfigurationNotification,
+  LanguageClient,
+  LanguageClientOptions,
+  ServerOptions,
+  State,
+  TransportKind,
+} from "vscode-languageclient/node";
+import { formatDraft, parseDraft } from "./drafts";
+import { NextEdit } from "./nextEdits";
+import { NextEditView } from "./nextEditView";
+import { languageEnabled, needsRestart, readSettings, serverOptions, Settings } from "./settings";
+import { parseStats, statusText, statusTooltip, StatusState } from "./status";
+
+const SELECTOR = [{ scheme: "file" }, { scheme: "untitled" }];
+const INLINE_EDIT = "textDocument/copilotInlineEdit";
+const DID_SHOW_EDIT = "textDocument/didShowInlineEdit";
+const DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion";
+
+class Extension implements vscode.Disposable {
+  private settings: Settings;
+  private client: LanguageClient | undefined;
+  private readonly log = vscode.window.createOutputChannel("redraft", { log: true });
+  private draftsChannel: vscode.OutputChannel | undefined;
+  private readonly item = vscode.window.createStatusBarItem("redraft.status", vscode.StatusBarAlignment.Right, 100);
+  private readonly state: StatusState = { enabled: true, server: "starting" };
+  private readonly nextEdits: NextEditView;
+  private statsTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly disposables: vscode.Disposable[] = [];
+
+  constructor() {
+    this.settings = this.read();
+    this.item.name = "redraft";
+    this.item.command = "redraft.toggle";
+    this.nextEdits = new NextEditView({
+      request: (uri, version, position, token) => this.running()
+        ? this.running()!.sendRequest(INLINE_EDIT, {
+          textDocument: { uri, version },
+          position: { line: position.line, character: position.character },
+          context: { triggerKind: 2 },
+        }, token)
+        : Promise.resolve({ edits: [] }),
+      didShow: (edit: NextEdit) => void this.running()?.sendNotification(DID_SHOW_EDIT, { item: edit }),
+      accepted: () => this.refreshStats(300),
+      wanted: (document) => this.settings.nextEdit && this.running() !== undefined
+        && SELECTOR.some((s) => s.scheme === document.uri.scheme) && languageEnabled(this.settings, document.languageId),
+      log: (message) => this.log.info(message),
+    });
+    const command = (name: string, run: (...args: any[]) => unknown) =>
+      this.disposables.push(vscode.commands.registerCommand(name, run));
+    command("redraft.toggle", () => this.toggle());
+    command("redraft.restart", () => this.restart());
+    command("redraft.showStats", () => this.showStats());
+    command("redraft.acceptNextWord", () => this.acceptPart("word"));
+    command("redraft.acceptNextLine", () => this.acceptPart("line"));
+    command("redraft.jumpOrAcceptEdit", () => this.nextEdits.jumpOrAccept());
+    command("redraft.dismissEdit", () => this.nextEdits.clear());
+    command("redraft.suggestEdit", () => {
+      const editor = vscode.window.activeTextEditor;
+      if (editor && this.nextEdits) this.nextEdits.schedule(editor.document, 0);
+    });
+    this.disposables.push(this.nextEdits, this.item, this.log,
+      vscode.workspace.onDidChangeConfiguration((e) => e.affectsConfiguration("redraft") && this.reconfigure()));
+    this.render();
+    this.item.show();
+  }
+
+  private read(): Settings {
+    const config = vscode.workspace.getConfiguration("redraft");
+    const { settings, problems } = readSettings((key) => config.get(key));
+    if (problems.length) {
+      for (const p of problems) this.log?.warn(p);
+      void vscode.window.showWarningMessage(`redraft: ${problems.join("; ")}`);
+    }
+    return settings;
+  }
+
+  private running(): LanguageClient | undefined {
+    return this.client?.state === State.Running ? this.client : undefined;
+  }
+
+  async start(): Promise<void> {
+    const [command, ...args] = this.settings.serverCommand;
+    const server: ServerOptions = { command, args, transport: TransportKind.stdio };
+    const options: LanguageClientOptions = {
+      documentSelector: SELECTOR,
+      outputChannel: this.log,
+      initializationOptions: () => serverOptions(this.settings),
+      middleware: {
+        provideInlineCompletionItems: async (document, position, context, token, next) => {
+          if (!languageEnabled(this.settings, document.languageId)) return null;
+          const started = Date.now();
+          const result = await next(document, position, context, token);
+          const items = Array.isArray(result) ? result : result?.items;
+          if (items?.length) {
+            this.state.lastMs = Date.now() - started;
+            this.refreshStats(300);
+          }
+          return result;
+        },
+      },
+    };
+    const client = (this.client = new LanguageClient("redraft", "redraft", server, options));
+    client.onDidChangeState((e) => {
+      if (client !== this.client || (this.state.server === "failed" && e.newState === State.Stopped)) return;
+      this.state.server = e.newState === State.Running ? "running" : e.newState === State.Starting ? "starting" : "stopped";
+      this.render();
+      if (e.newState === State.Running) this.refreshStats(500); // (also after a restart)
+    });
+    client.onNotification("redraft/draft", (params: unknown) => {
+      const draft = parseDraft(params);
+      if (draft && this.settings.showDrafts) this.drafts().appendLine(formatDraft(draft));
+    });
+    this.state.server = "starting";
+    this.state.stats = undefined;
+    this.render();
+    try {
+      await client.start();
+    } catch (err) {
+      this.state.server = "failed";
+      this.render();
+      this.log.error(`could not start ${JSON.stringify(this.settings.serverCommand)}: ${err}`);
+      const choice = await vscode.window.showErrorMessage(
+        `redraft: could not start the server (${this.settings.serverCommand.join(" ")}). ` +
+        "Install redraft or set redraft.serverCommand.", "Open settings");
+      if (choice) void vscode.commands.executeCommand("workbench.action.openSettings", "redraft.serverCommand");
+    }
+  }
+
+  async stop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    this.nextEdits.clear();
+    if (client?.isRunning()) await client.stop().catch((err) => this.log.warn(`stop: ${err}`));
+  }
+
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.start();
+  }
+
+  private async reconfigure(): Promise<void> {
+    const old = this.settings;
+    this.settings = this.read();
+    this.state.enabled = this.settings.enabled;
+    if (!this.settings.enabled || !this.settings.nextEdit) this.nextEdits.clear();
+    if (this.settings.showDrafts && !old.showDrafts) this.drafts().show(true);
+    this.render();
+    if (needsRestart(old, this.settings)) return this.restart();
+    await this.running()?.sendNotification(DidChangeConfigurationNotification.type,
+      { settings: { redraft: serverOptions(this.settings) } });
+    this.refreshStats(1000); // a new model shows once loaded
+  }
+
+  private async toggle(): Promise<void> {
+    await vscode.workspace.getConfiguration("redraft").update("enabled", !this.settings.enabled,
+      vscode.ConfigurationTarget.Global);
+  }
+
+  private async acceptPart(kind: "word" | "line"): Promise<void> {
+    await vscode.commands.executeCommand(kind === "word"
+      ? "editor.action.inlineSuggest.acceptNextWord" : "editor.action.inlineSuggest.acceptNextLine");
+    void this.running()?.sendNotification(DID_PARTIALLY_ACCEPT, { kind });
+  }
+
+  private drafts(): vscode.OutputChannel {
+    return (this.draftsChannel ??= vscode.window.createOutputChannel("redraft drafts"));
+  }
+
+  /** Ask `redraft/stats` after `delay` ms; again every 2 s until the model has loaded. */
+  private refreshStats(delay: number): void {
+    if (this.statsTimer) clearTimeout(this.statsTimer);
+    this.statsTimer = setTimeout(async () => {
+      this.statsTimer = undefined;
+      const client = this.running();
+      if (!client) return;
+      try {
+        this.state.stats = parseStats(await client.sendRequest("redraft/stats", {}));
+      } catch (err) {
+        this.log.warn(`redraft/stats: ${err}`);
+      }
+      this.render();
+      if (!this.state.stats?.model && !this.state.stats?.modelError) this.refreshStats(2000);
+    }, delay);
+  }
+
+  private async showStats(): Promise<void> {
+    const client = this.running();
+    if (!client) return void vscode.window.showWarningMessage("redraft: the server is not running");
+    const stats = await client.sendRequest("redraft/stats", {});
+    this.log.info(`redraft/stats ${JSON.stringify(stats, null, 2)}`);
+    this.log.show(true);
+  }
+
+  private render(): void {
+    this.state.enabled = this.settings.enabled;
+    this.item.text = statusText(this.state);
+    this.item.tooltip = statusTooltip(this.state);
+  }
+
+  dispose(): void {
+    if (this.statsTimer) clearTimeout(this.statsTimer);
+    this.draftsChannel?.dispose();
+    for (const d of this.disposables) d.dispose();
+  }
+}
+
+let extension: Extension | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  extension = new Extension();
+  context.subscriptions.push(extension);
+  void extension.start(); // the server starts in the background; activation does not wait for it
+}
+
+export async function deactivate(): Promise<void> {
+  await extension?.stop();
+  extension = undefined;
+}

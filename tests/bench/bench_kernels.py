@@ -151,7 +151,6 @@ def bench_head(device, dtype, batches, spans, time_ms, fast: bool) -> list[dict]
                     ms = time_ms(lambda: head_confidence(hidden, weight, banned=banned))
                     rows.append(dict(base, impl="triton", ms=ms, speedup=ref_ms / ms, speedup_min=min_ms / ms,
                                      token_agree=agree, prob_err=err))
-        del weight
     return rows
 
 

@@ -75,7 +75,10 @@ async def replay(args) -> dict:
         except Exception:  # cancelled by the server or by us
             results.append((cold, (time.perf_counter() - t) * 1000, "cancelled"))
 
-    pending = [asyncio.ensure_future(ask(True, row, col))]
+    # The cold request is awaited before typing starts: a keystroke would supersede it and
+    # turn its latency into the typing interval.
+    await ask(True, row, col)
+    pending = []
     await asyncio.sleep(args.interval_ms / 1000)
     cpu0, _ = proc_stats(pid)
     version = 1

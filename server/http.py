@@ -34,7 +34,7 @@ than BODY_TIMEOUT_S 408, no model 503. A client that disconnects sets its job's 
 a queued job never starts, a running one stops at the next denoising step. Answers that are
 not streamed say the engine's share in a `Server-Timing: engine;dur=MS` header.
 
-It knows nothing of LSP; it turns HTTP requests into Snapshots and engine calls.
+It knows nothing of LSP; the engine side (snapshots, engine calls) is http_engine.py.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ import logging
 import socket
 import time
 import uuid
-from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -59,144 +58,25 @@ from starlette.routing import Route
 
 from redraft.engine import DEFAULT_MODEL, SHIPPED, CancelFlag, Cancelled, EngineError, Stats, resolve
 
-from . import context, postprocess, templates
-from .context import Mode, Snapshot, find_drafts, take_snapshot
-from .templates import Params
-from .document import Document
-from .drafts import DraftIndex
-from .inference import Inference, run_engine
-from .languages import syntax_for
+from . import templates
+from .http_engine import ApiError, Choice, complete, fim_snapshot, rewrite
+from .inference import Inference
 from .settings import ServerConfig
+
+__all__ = ["build_app", "complete", "fim_snapshot", "listen", "make_server", "rewrite"]
 
 log = logging.getLogger(__name__)
 
-URI = "untitled:redraft-http"  # the document name, and cache key, of every HTTP request
 MAX_BODY = 1 << 20  # bytes; Zed's prompts are a few kB
 BODY_TIMEOUT_S = 10.0
-MAX_EDIT_TOKENS = 512  # tokens of a code_to_edit region (Zed's Mercury asks for at most ~350)
 OLLAMA, OPENAI = "ollama", "openai"
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                405: "invalid_request_error", 408: "timeout_error", 413: "request_too_large", 500: "server_error",
                503: "unavailable"}
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, headers: dict | None = None, **extra: Any):
-        super().__init__(message)
-        self.status, self.message, self.headers, self.extra = status, message, headers, extra
-
-
 class _Gone(Exception):
     """The client disconnected before its answer was ready."""
-
-
-@dataclass(frozen=True)
-class Choice:
-    text: str
-    finish: str  # "stop" | "length"
-    stats: Stats | None
-    engine_ms: float = 0.0  # wall time of the engine call, windows and post-processing included
-
-
-# -- the engine side (runs on the inference executor) -----------------------------------
-
-
-def fim_snapshot(prefix: str, suffix: str, config: ServerConfig, language: str = "", path: str = "") -> Snapshot:
-    """The LSP server's snapshot of `prefix + suffix` with the cursor between them."""
-    doc = Document(URI, prefix + suffix, 1, language, syntax_for(language, path))
-    row, col = prefix.count("\n"), len(prefix) - (prefix.rfind("\n") + 1)
-    snap = take_snapshot(doc, row, col, config)
-    if snap.mode is Mode.NONE and snap.reason != "binary":
-        line = doc.line_body(row)
-        snap = replace(snap, mode=Mode.LINE, reason=f"http, {snap.reason}",
-                       header_indent=line[:len(line) - len(line.lstrip(" \t"))])
-    if config.drafts != "off":
-        snap = replace(snap, drafts=find_drafts(doc, DraftIndex(doc.lines), row, col, snap.mode, config.max_lines,
-                                                limit=config.max_drafts))
-    return snap
-
-
-def insertion(edit: postprocess.Edit, right: str) -> str:
-    """What to insert at the cursor for clients that only insert: a completion that takes over
-    auto-closed brackets right of the cursor (`edit.replace`) loses those characters and
-    whatever it wrote after the last of them (it would land before them)."""
-    if not edit.replace:
-        return edit.text
-    kept, taken, prev = [], 0, 0
-    for k, ch in enumerate(edit.text, 1):
-        now = postprocess.closers_replaced(edit.text[:k], right)
-        if now > prev:
-            taken, prev = taken + 1, now
-            if taken == edit.replace:
-                break
-            continue
-        kept.append(ch)
-    return "".join(kept)
-
-
-def complete(inference: Inference, fim: templates.Fim, p: Params, config: ServerConfig, flag: CancelFlag,
-             on_draft: Callable[[int, str], None] | None = None) -> list[Choice]:
-    """n completions of one request, each through `run_engine` (choice i samples with seed + i)."""
-    engine = _engine(inference)
-    if p.max_tokens is not None:
-        config = replace(config, line_tokens=min(config.line_tokens, p.max_tokens),
-                         block_tokens=min(config.block_tokens, p.max_tokens))
-    snap = fim_snapshot(fim.prefix, fim.suffix, config, p.language)
-    if snap.mode is Mode.NONE:
-        return [Choice("", "stop", None)] * p.n
-    budget = config.block_tokens if snap.mode is Mode.BLOCK else config.line_tokens
-    base = engine.config.sampler
-    if p.temperature is not None:
-        base = base.with_(temperature=p.temperature)
-    out = []
-    for i in range(p.n):
-        draft = None if on_draft is None else (lambda text, step, masked, i=i: on_draft(i, text))
-        t0 = time.perf_counter()
-        o = run_engine(engine, snap, flag, draft, sampler=base.with_(seed=base.seed + i))
-        ms = (time.perf_counter() - t0) * 1000
-        if flag.is_set():
-            raise Cancelled()
-        text = "" if o.edit is None else insertion(o.edit, snap.right)
-        cut = min((at for at in (text.find(s) for s in p.stop) if at >= 0), default=-1)
-        if cut >= 0:
-            text = text[:cut]
-        full = cut < 0 and o.stats is not None and o.stats.span_tokens >= budget
-        out.append(Choice(text, "length" if full else "stop", o.stats, ms))
-    return out
-
-
-def rewrite(inference: Inference, ep: templates.EditPrompt, p: Params, config: ServerConfig, flag: CancelFlag,
-            on_draft: Callable[[int, str], None] | None = None) -> Choice:
-    """Mercury's next edit: the region masked and re-filled, conditioned on the rest of the
-    file and seeded with the region itself; "None" when the fill equals the region."""
-    engine = _engine(inference)
-    t0 = time.perf_counter()
-    n = engine.count_tokens(ep.region)
-    if n > MAX_EDIT_TOKENS:
-        raise ApiError(400, f"the code_to_edit region has {n} tokens, more than {MAX_EDIT_TOKENS}")
-    span = n + max(4, n // 4)  # room to grow
-    snap = fim_snapshot(ep.before, ep.after, replace(config, drafts="off"), p.language, ep.path)
-    ctx = context.build(snap, engine.count_tokens, engine.context_budget(span))
-    sampler = engine.config.sampler.with_(span=span, lengths=())
-    if p.temperature is not None:
-        sampler = sampler.with_(temperature=p.temperature)
-    if config.threshold is not None:
-        sampler = sampler.with_(threshold=config.threshold)
-    result = engine.infill(ctx.prefix, ctx.suffix, ctx.extra, drafts=[ep.region] if ep.region.strip() else [],
-                           sampler=sampler, cancel=flag, cache_key=URI,
-                           on_draft=None if on_draft is None else (lambda d: on_draft(0, d.text)))
-    text, ms = result.text, (time.perf_counter() - t0) * 1000
-    if result.abstained or text.rstrip() == ep.region.rstrip():
-        return Choice("None", "stop", result.stats, ms)
-    if ep.region.endswith("\n") and not text.endswith("\n"):
-        text += "\n"  # the region's line end stays where it was
-    return Choice(text, "stop", result.stats, ms)
-
-
-def _engine(inference: Inference):
-    if inference.engine is None:
-        raise ApiError(503, inference.load_error or "the model is still loading")
-    return inference.engine
 
 
 # -- the HTTP side (runs on the event loop) -----------------------------------------------

@@ -217,10 +217,10 @@ def _complete(args) -> int:
     post-processing, on the file as it is on disk."""
     from dataclasses import replace
 
-    from .context import find_drafts, take_snapshot
+    from .context import Mode, find_drafts, take_snapshot
     from .document import Document
     from .drafts import DraftIndex
-    from .inference import complete_from_drafts, run_engine
+    from .inference import Outcome, complete_from_drafts, run_engine
     from .languages import syntax_for
     from .settings import ServerConfig, parse
 
@@ -246,7 +246,9 @@ def _complete(args) -> int:
         snap = replace(snap, drafts=find_drafts(doc, DraftIndex(doc.lines), row, column, snap.mode,
                                                 config.max_lines))
     engine = None if config.drafts == "only" else _load_engine(args)
-    if engine is not None:
+    if snap.mode is Mode.NONE:  # the server answers nothing here (mid-identifier, a string...)
+        answer = Outcome(None, False)
+    elif engine is not None:
         engine.config = replace(engine.config, sampler=engine.config.sampler.with_(seed=args.seed))
         answer = run_engine(engine, snap)
     else:

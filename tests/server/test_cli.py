@@ -76,3 +76,12 @@ def test_bad_model_path_and_settings(model, source, tmp_path):
     assert out.returncode == 2 and "config.json" in out.stderr
     out = redraft("complete", f"{source}:1:3", "--model", str(model), "--threshold", "3")
     assert out.returncode == 2 and "threshold" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_complete_answers_nothing_where_the_server_would_not(model, tmp_path):
+    f = tmp_path / "mid.py"
+    f.write_text("total = compute_value(1)\n", encoding="utf-8")
+    out = redraft("complete", f"{f}:1:12", "--model", str(model), "--json")  # inside `compute_value`
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["mode"] == "none" and data["reason"] == "mid-identifier" and data["text"] == ""

@@ -217,11 +217,8 @@ def _complete(args) -> int:
     post-processing, on the file as it is on disk."""
     from dataclasses import replace
 
-    from .context import Mode, find_drafts, take_snapshot
-    from .document import Document
-    from .drafts import DraftIndex
+    from .context import Mode, own_drafts, text_snapshot
     from .inference import Outcome, complete_from_drafts, run_engine
-    from .languages import syntax_for
     from .settings import ServerConfig, parse
 
     path, line, col = parse_position(args.position)
@@ -238,13 +235,8 @@ def _complete(args) -> int:
     config, problems = parse(options, ServerConfig())
     if problems:
         raise UserError("; ".join(problems))
-    uri = path.resolve().as_uri()
-    doc = Document(uri, text, 1, "", syntax_for("", str(path)))
-    row, column = prefix.count("\n"), len(prefix) - (prefix.rfind("\n") + 1)
-    snap = take_snapshot(doc, row, column, config)
-    if config.drafts != "off":
-        snap = replace(snap, drafts=find_drafts(doc, DraftIndex(doc.lines), row, column, snap.mode,
-                                                config.max_lines))
+    snap, doc = text_snapshot(path.resolve().as_uri(), text, len(prefix), config, path=str(path))
+    snap = own_drafts(snap, doc, config)
     engine = None if config.drafts == "only" else _load_engine(args)
     if snap.mode is Mode.NONE:  # the server answers nothing here (mid-identifier, a string...)
         answer = Outcome(None, False)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import bisect
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from . import drafts as draft_index
 from .document import Document, body, utf8_len
-from .languages import ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax
+from .languages import ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax, syntax_for
 from .settings import ServerConfig
 
 CHARS_PER_TOKEN = 3.0  # first estimate for code; the window is then checked with the real tokenizer
@@ -181,6 +181,26 @@ def find_drafts(doc: Document, index: draft_index.DraftIndex, row: int, col: int
     lines = max_lines if mode is Mode.BLOCK else 1
     return tuple(Draft(c.text, c.source) for c in draft_index.lookup(before, sources, lines=lines, kind=kind,
                                                                           limit=limit))
+
+
+def text_snapshot(uri: str, text: str, cursor: int, config: ServerConfig, language: str = "",
+                  path: str = "") -> tuple[Snapshot, Document]:
+    """The server's snapshot of a whole text with the cursor at character `cursor`, and the
+    document made for it (the CLI, the evaluation and the HTTP API, which have no editor)."""
+    doc = Document(uri, text, 1, language, syntax_for(language, path or uri))
+    before = text[:cursor]
+    row, col = before.count("\n"), len(before) - (before.rfind("\n") + 1)
+    return take_snapshot(doc, row, col, config), doc
+
+
+def own_drafts(snap: Snapshot, doc: Document, config: ServerConfig,
+               index: draft_index.DraftIndex | None = None) -> Snapshot:
+    """The snapshot with drafts from its own document only (per the drafts setting)."""
+    if config.drafts == "off":
+        return snap
+    index = index or draft_index.DraftIndex(doc.lines)
+    return replace(snap, drafts=find_drafts(doc, index, snap.row, snap.col, snap.mode, config.max_lines,
+                                            limit=config.max_drafts))
 
 
 def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> str:

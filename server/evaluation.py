@@ -34,12 +34,10 @@ import numpy as np
 from redraft.engine import Stats
 
 from . import metrics, syntax
-from .context import Mode, find_drafts, take_snapshot
-from .document import Document
+from .context import Mode, own_drafts, text_snapshot
 from .drafts import DraftIndex
 from .inference import Outcome as Answer
 from .inference import complete_from_drafts, run_engine
-from .languages import syntax_for
 from .samples import KINDS, SPAN_BUDGET, Sample, Source, draw
 from .settings import ServerConfig
 
@@ -71,11 +69,8 @@ def snapshot(source: Source, sample: Sample, config: ServerConfig):
     """The server's snapshot for a sample: a document without the removed region, the cursor
     at its start, the unit set by the kind, drafts looked up in the same document."""
     prefix, suffix = sample.split(source.text)
-    doc = Document(URI, prefix + suffix, 1, "python", syntax_for("python", URI))
-    row = prefix.count("\n")
-    col = len(prefix) - (prefix.rfind("\n") + 1)
     kind_cfg = replace(config, line_tokens=SPAN_BUDGET[sample.kind], block_tokens=SPAN_BUDGET[sample.kind])
-    snap = take_snapshot(doc, row, col, kind_cfg)
+    snap, doc = text_snapshot(URI, prefix + suffix, len(prefix), kind_cfg, "python")
     mode = MODE_OF_KIND[sample.kind]
     header = " " * max(sample.header_indent, 0) if mode is Mode.BLOCK else snap.header_indent
     snap = replace(snap, mode=mode, reason=f"eval {sample.kind}", header_indent=header)
@@ -87,9 +82,7 @@ def complete(engine, source: Source, sample: Sample, config: ServerConfig) -> An
     snap, doc = snapshot(source, sample, config)
     index = DraftIndex(doc.lines)  # the server keeps this up to date as edits arrive: not timed
     t0 = time.perf_counter()
-    if config.drafts != "off":
-        snap = replace(snap, drafts=find_drafts(doc, index, snap.row, snap.col, snap.mode, config.max_lines,
-                                                        limit=config.max_drafts))
+    snap = own_drafts(snap, doc, config, index)
     if config.drafts == "only" or engine is None:
         answer = complete_from_drafts(snap)
         return replace(answer, stats=Stats(total_ms=(time.perf_counter() - t0) * 1000))

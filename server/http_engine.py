@@ -18,11 +18,8 @@ from typing import Any, Callable
 from redraft.engine import CancelFlag, Cancelled, Stats
 
 from . import context, postprocess, templates
-from .context import Mode, Snapshot, find_drafts, take_snapshot
-from .document import Document
-from .drafts import DraftIndex
+from .context import Mode, Snapshot, own_drafts, text_snapshot
 from .inference import Inference, run_engine
-from .languages import syntax_for
 from .settings import ServerConfig
 from .templates import Params
 
@@ -51,17 +48,12 @@ class Choice:
 
 def fim_snapshot(prefix: str, suffix: str, config: ServerConfig, language: str = "", path: str = "") -> Snapshot:
     """The LSP server's snapshot of `prefix + suffix` with the cursor between them."""
-    doc = Document(URI, prefix + suffix, 1, language, syntax_for(language, path))
-    row, col = prefix.count("\n"), len(prefix) - (prefix.rfind("\n") + 1)
-    snap = take_snapshot(doc, row, col, config)
+    snap, doc = text_snapshot(URI, prefix + suffix, len(prefix), config, language, path)
     if snap.mode is Mode.NONE and snap.reason != "binary":
-        line = doc.line_body(row)
+        line = doc.line_body(snap.row)
         snap = replace(snap, mode=Mode.LINE, reason=f"http, {snap.reason}",
                        header_indent=line[:len(line) - len(line.lstrip(" \t"))])
-    if config.drafts != "off":
-        snap = replace(snap, drafts=find_drafts(doc, DraftIndex(doc.lines), row, col, snap.mode, config.max_lines,
-                                                limit=config.max_drafts))
-    return snap
+    return own_drafts(snap, doc, config)
 
 
 def insertion(edit: postprocess.Edit, right: str) -> str:

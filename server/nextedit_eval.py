@@ -142,9 +142,27 @@ def _add_param(doc: Document, fn, params, name: str, fi: int) -> Scenario | None
     row, bcol = params.end_point
     col = _col(doc, row, bcol - 1)
     new = ", extra" if params.named_child_count else "extra"
-    calls = nextedit.Intent("append_param", "", ", extra", row, col, row, row, name)
-    targets = _apply(doc, [s for s in nextedit._call_sites(calls, doc) if s[0] != row])
+    targets = _apply(doc, [s for s in _calls(doc, name) if s[0] != row])
     return Scenario("add_param", fi, row, col, col, new, targets) if targets else None
+
+
+def _calls(doc: Document, name: str):
+    """Every call of `name` (also `x.name(...)`), multi-line ones included, as the insertion
+    of `extra` before its closing parenthesis: the scenario's truth, kept apart from the
+    server's rule (which only proposes one-line argument lists)."""
+    stack = [doc.tree.root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        fn, args = node.child_by_field_name("function"), node.child_by_field_name("arguments")
+        if node.type != "call" or fn is None or args is None or args.type != "argument_list":
+            continue
+        callee = fn.child_by_field_name("attribute") if fn.type == "attribute" else fn
+        if callee is None or callee.text != name.encode():
+            continue
+        row, bcol = args.end_point
+        col = _col(doc, row, bcol - 1)
+        yield row, col, col, ", extra" if args.named_child_count else "extra"
 
 
 LITERAL = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])")

@@ -45,6 +45,7 @@ class Batch:
 
     def select(self, keep: torch.Tensor) -> "Batch":
         idx = keep.tolist()
+        keep = keep.to(self.act_ids.device)
         return Batch([self.rows[i] for i in idx], self.ctx_ids[keep], self.ctx_pos[keep], self.ctx_valid[keep],
                      self.act_ids[keep], self.act_pos[keep], self.act_valid[keep], self.span_at)
 

@@ -40,6 +40,7 @@ class KVCache:
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows (e.g. the winning span-length candidate)."""
+        rows = rows.to(self.k[0].device)
         self.k = [t.index_select(0, rows) for t in self.k]
         self.v = [t.index_select(0, rows) for t in self.v]
 

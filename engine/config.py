@@ -144,4 +144,7 @@ class EngineConfig:
     reuse_cache: bool = True  # keep context keys/values across requests where that is exact
     max_context_tokens: int = 4096  # hard cap; callers should trim before this
     kernels: str = "auto"  # auto: Triton kernels on CUDA when installed | torch | triton (forced)
+    # Static-shape denoising steps: auto = on CUDA, captured as CUDA graphs | on (also on a
+    # CPU, run eagerly: tests) | off (the dynamic step everywhere).
+    step_graphs: str = "auto"
     sampler: SamplerConfig = field(default_factory=SamplerConfig)

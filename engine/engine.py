@@ -26,6 +26,7 @@ from .layout import build_row, fit, seed_row
 from .model import DiffusionLM
 from .result import Completion, Draft, Stats
 from .sampler import Denoiser
+from .step import StepGraphs
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
 
@@ -75,6 +76,16 @@ class Engine:
         # The kernel backend, chosen once: Triton on CUDA (when installed), PyTorch elsewhere.
         self.kernels = backend.ops(dev, self.config.kernels) if backend.use_triton(dev, self.config.kernels) else None
         self.model.span_attention = None if self.kernels is None else self.kernels.span_attention
+        self.steps = self._step_graphs(dev)
+
+    def _step_graphs(self, dev: torch.device) -> StepGraphs | None:
+        choice = self.config.step_graphs
+        if choice not in ("auto", "on", "off"):
+            raise ValueError(f"step_graphs must be 'auto', 'on' or 'off', got {choice!r}")
+        if self.model_config.is_causal or choice == "off" or (choice == "auto" and dev.type != "cuda"):
+            return None
+        head = (self.kernels or backend.ops(dev, "torch")).head_confidence
+        return StepGraphs(self.model, head, self._banned, self._vocab_limit, capture=dev.type == "cuda")
 
     # -- loading -------------------------------------------------------------------------
 
@@ -158,6 +169,7 @@ class Engine:
             denoiser = Denoiser(self.model, scfg, owners, self._end_ids, self._pad_id, self._banned, first_allowed,
                                 self._vocab_limit, reuse, cancel,
                                 head=None if self.kernels is None else self.kernels.head_confidence,
+                                steps=self.steps,
                                 on_step=
                                 None if on_draft is None else
                                 (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_draft)))

@@ -59,9 +59,11 @@ class Rotary(nn.Module):
             self._sin = (emb.sin() * self.attention_scaling).to(dtype)
         return self._cos, self._sin
 
-    def forward(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.tables(int(pos.max()) + 1, dtype)
-        return cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)  # [B, 1, T, D]
+    def forward(self, pos: torch.Tensor, dtype: torch.dtype, limit: int | None = None):
+        """cos/sin at `pos`, [B, 1, T, D]. `limit` (> every position, known to the caller) saves
+        reading the largest position back from the device: a host sync, and not capturable."""
+        cos, sin = self.tables(int(pos.max()) + 1 if limit is None else limit, dtype)
+        return cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
 
 
 def _inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -141,8 +143,9 @@ class MLP(nn.Module):
 def _fuse(x: torch.Tensor) -> bool:
     """Fused projections for inference on CPU, where a denoising step is a few dozen small
     matmuls and their count matters (3.9 vs 4.5 ms per step for the default model). Not on
-    GPUs: the fused copy would double those weights' memory for a multi-GB model."""
-    return x.device.type == "cpu" and torch.is_inference_mode_enabled()
+    GPUs: the fused copy would double those weights' memory for a multi-GB model. Nor under
+    torch.compile, which cannot trace the check (and fuses on its own)."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling() and torch.is_inference_mode_enabled()
 
 
 def _fused(owner: nn.Module, linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -203,11 +206,12 @@ class DiffusionLM(nn.Module):
         causal: bool = False,  # causal within this block (earlier cached keys always visible)
         key_valid: torch.Tensor | None = None,  # [B, start + T] False for padding keys
         mask: torch.Tensor | None = None,  # explicit [B, 1, T, start + T] bool mask (training patterns)
+        pos_limit: int | None = None,  # > every position in `pos`, when the caller knows it
     ) -> torch.Tensor:
         """Hidden states [B, T, E] after the final norm; writes this block into `cache`."""
         B, T = ids.shape
         x = self.model.embed_tokens(ids)
-        cos, sin = self.model.rotary_emb(pos, x.dtype)
+        cos, sin = self.model.rotary_emb(pos, x.dtype, pos_limit)
         fast = self.span_attention if cache is not None and not causal and mask is None else None
         if mask is None and fast is None:
             mask = attention_mask(B, T, start if cache is not None else 0, causal, key_valid, ids.device)
@@ -235,6 +239,7 @@ def attention_mask(B: int, T: int, start: int, causal: bool, key_valid, device) 
         # A padded query may see no valid key at all; let it see itself so SDPA never
         # produces NaN rows (its output is never read).
         diag = torch.zeros(T, S, dtype=torch.bool, device=device)
-        diag[torch.arange(T), torch.arange(T) + start] = True
+        rows = torch.arange(T, device=device)
+        diag[rows, rows + start] = True
         allowed = allowed | (diag & ~allowed.any(-1, keepdim=True))
     return allowed.unsqueeze(1)

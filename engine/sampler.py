@@ -29,6 +29,7 @@ from .cache import ContextCache, KVCache
 from .config import SamplerConfig
 from .errors import Cancelled
 from .model import DiffusionLM
+from .step import StepGraphs
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
@@ -88,6 +89,7 @@ class Denoised:
     rows_run: int = 0
     kept: torch.Tensor | None = None  # [B] draft tokens each row kept (0 for plain rows)
     score: torch.Tensor | None = None  # [B] mean log-prob of each row's span under one scoring
+    static_steps: int = 0  # steps run by the static (graph-captured on CUDA) step
 
 
 @dataclass
@@ -109,7 +111,14 @@ class Denoiser:
     # The fused head kernel (kernels.head_confidence): greedy choice and confidence without
     # writing the logits; used when nothing but banned ids constrains the choice.
     head: Callable | None = None
+    # Static-shape steps (step.StepGraphs), replayed as CUDA graphs: the greedy span steps over
+    # cached context keys/values (not the full passes of "full"-attention models).
+    steps: StepGraphs | None = None
     alive: list[int] = field(init=False, default_factory=list)  # request index of each row still running
+    ends_host: torch.Tensor = field(init=False)  # end_ids for the host-side decision
+
+    def __post_init__(self) -> None:
+        self.ends_host = self.end_ids.cpu()
 
     def run(self, batch: Batch) -> Denoised:
         cfg = self.model.config
@@ -164,20 +173,28 @@ class Denoiser:
         judged = steps  # the judging forward is not one of the capped denoising steps
         denoised = bool(masked.any())
         max_steps = self.scfg.max_steps or int(masked.sum(1).max())
+        # The unmask decision works on host copies: one read-back per step (see step.py).
+        dev = x.device
+        x, masked, conf, logp = x.cpu(), masked.cpu(), conf.cpu(), logp.cpu()
+        static, static_steps = None, 0  # the static step loaded for the current rows
         while bool(masked.any()):
             if self.cancel is not None and self.cancel.is_set():
                 raise Cancelled()
-            if hidden is None:
-                hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
+            b_idx, a_idx = masked.nonzero(as_tuple=True)
+            if hidden is None and self.steps is not None and self.scfg.temperature == 0:
+                if static is None:
+                    static = self.steps.prepare(batch, kv, self.scfg.score)
+                hidden, packed = static.run(x)
+                static_steps += 1
+                rows = packed[:, b_idx, a_idx - shift]
+                c = Choice(rows[0].long(), rows[1], rows[2], rows[3], rows[3])
+                self._fix_first_rows(c, hidden, b_idx, a_idx, batch.span_at)
+            else:
+                if hidden is None:
+                    hidden = self.model(x.to(dev), batch.act_pos, kv, start=batch.C, key_valid=kvalid)
+                c = self._choose_rows(hidden, b_idx, a_idx, batch.span_at, gen)
             forwards += 1
             steps += 1
-            b_idx, a_idx = masked.nonzero(as_tuple=True)
-            if self.head is not None and self.scfg.temperature == 0 and not self.first_allowed:
-                c = self._choose_fused(hidden[b_idx, a_idx - shift])
-            else:
-                logits = self.model.logits(hidden[b_idx, a_idx - shift])
-                self._constrain(logits, b_idx, a_idx - batch.span_at)
-                c = choose(logits, self.scfg, gen)
             if self.scfg.end_in_order:
                 self._defer_early_ends(c, b_idx, a_idx, masked)
             if self.scfg.block_size:
@@ -185,9 +202,9 @@ class Denoiser:
             if steps - judged == 1 and self.scfg.length_choice == "first_step" and batch.B > 1:
                 keep = self._best_rows_first_step(b_idx, c.top_logp, batch)
                 if keep is not None:
-                    batch, kv = batch.select(keep), _select(kv, keep)
+                    batch, kv, static = batch.select(keep), _select(kv, keep), None
                     x, masked, conf, logp = x[keep], masked[keep], conf[keep], logp[keep]
-                    kvalid = None if kvalid is None else kvalid[keep]
+                    kvalid = None if kvalid is None else kvalid[keep.to(dev)]
                     remap = {int(old): new for new, old in enumerate(keep.tolist())}
                     sel = torch.tensor([int(b) in remap for b in b_idx.tolist()], dtype=torch.bool)
                     b_idx = torch.tensor([remap[int(b)] for b in b_idx[sel].tolist()], dtype=torch.long)
@@ -206,14 +223,16 @@ class Denoiser:
                 self.on_step(steps, self, batch, x, masked, logp)
             hidden = None
             if full and bool(masked.any()) and self.scfg.refresh_every and steps % self.scfg.refresh_every == 0:
-                hidden = self._full_pass(batch, kv, x)
+                hidden, static = self._full_pass(batch, kv, x.to(dev)), None  # new context keys: reload
+        x, masked, conf, logp = x.to(dev), masked.to(dev), conf.to(dev), logp.to(dev)
         score = None
         if batch.B > len(set(self.alive)) or bool(seeded.any()):
             # rows written only by the judging forward already hold that scoring's log-probs
             score, n = self._score_rows(batch, kv, kvalid, x, logp, rescore=denoised)
             forwards += n
         gen_ms = (time.perf_counter() - t1) * 1000
-        return Denoised(batch, x, conf, logp, steps, forwards, encode_ms, gen_ms, reused, rows_run, kept, score)
+        return Denoised(batch, x, conf, logp, steps, forwards, encode_ms, gen_ms, reused, rows_run, kept, score,
+                        static_steps)
 
     def judge(self, batch: Batch) -> torch.Tensor:
         """[B] mean log-prob of each row's span, every span token seeded, from one judging
@@ -227,10 +246,38 @@ class Denoiser:
         lp, _, _ = self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded)
         return lp.masked_fill(~seeded, 0.0).sum(1) / seeded.sum(1).clamp_min(1)
 
-    def _choose_fused(self, rows: torch.Tensor) -> Choice:
-        banned = torch.tensor(self.banned, dtype=torch.long, device=rows.device) if self.banned else None
-        conf = self.head(rows.contiguous(), self.model.lm_head.weight, 1.0, self.vocab_limit, banned)
-        return Choice(conf.tokens, conf.score(self.scfg.score).clone(), conf.prob, conf.logp, conf.logp)
+    def _choose_rows(self, hidden, b_idx, a_idx, span_at: int, gen) -> Choice:
+        """The choice at masked positions (b_idx, a_idx) from the step's hidden states, on the host."""
+        shift = 1 if self.model.config.shifted else 0
+        rows = hidden[b_idx.to(hidden.device), (a_idx - shift).to(hidden.device)]
+        if self.head is not None and self.scfg.temperature == 0:
+            banned = torch.tensor(self.banned, dtype=torch.long, device=rows.device) if self.banned else None
+            conf = self.head(rows.contiguous(), self.model.lm_head.weight, 1.0, self.vocab_limit, banned)
+            c = Choice(conf.tokens, conf.score(self.scfg.score).clone(), conf.prob, conf.logp, conf.logp)
+            c = Choice(*(t.cpu() for t in c.__dict__.values()))
+            self._fix_first_rows(c, hidden, b_idx, a_idx, span_at)
+            return c
+        logits = self.model.logits(rows)
+        self._constrain(logits, b_idx, a_idx - span_at)
+        return Choice(*(t.cpu() for t in choose(logits, self.scfg, gen).__dict__.values()))
+
+    def _fix_first_rows(self, c: Choice, hidden, b_idx, a_idx, span_at: int) -> None:
+        """The fused head knows only banned ids; a request whose first token must start with
+        the healed text gets that row chosen again, constrained (usually one row, one step)."""
+        if not self.first_allowed:
+            return
+        sel = [n for n in ((a_idx - span_at) == 0).nonzero(as_tuple=True)[0].tolist()
+               if self.alive[int(b_idx[n])] in self.first_allowed]
+        if not sel:
+            return
+        sel = torch.tensor(sel, dtype=torch.long)
+        shift = 1 if self.model.config.shifted else 0
+        b, a = b_idx[sel], a_idx[sel]
+        logits = self.model.logits(hidden[b.to(hidden.device), (a - shift).to(hidden.device)])
+        self._constrain(logits, b, a - span_at)
+        fixed = choose(logits, self.scfg, None)
+        for name, t in fixed.__dict__.items():
+            getattr(c, name)[sel] = t.cpu().to(getattr(c, name).dtype)
 
     # -- drafts ----------------------------------------------------------------------------
 
@@ -325,7 +372,7 @@ class Denoiser:
 
     def _full_pass(self, batch: Batch, kv: KVCache, act: torch.Tensor | None = None) -> torch.Tensor:
         """Context + active block together, full attention; returns the active block's hidden states."""
-        ids = torch.cat([batch.ctx_ids, batch.act_ids if act is None else act], dim=1)
+        ids = torch.cat([batch.ctx_ids, batch.act_ids if act is None else act.to(batch.act_ids.device)], dim=1)
         pos = torch.cat([batch.ctx_pos, batch.act_pos], dim=1)
         valid = batch.key_valid()
         hidden = self.model(ids, pos, kv, start=0, key_valid=None if bool(valid.all()) else valid)
@@ -383,7 +430,7 @@ class Denoiser:
         Trailing padding is the easiest thing to predict, so without this a model that was
         trained with padded spans commits the padding first and then ends the span early.
         """
-        ended = torch.isin(c.tokens, self.end_ids)
+        ended = torch.isin(c.tokens, self.ends_host)
         if not bool(ended.any()):
             return
         first_masked = torch.where(masked, torch.arange(masked.shape[1], device=masked.device),
@@ -403,7 +450,7 @@ class Denoiser:
 
     def _stop_finished_units(self, x, masked, span_at: int) -> None:
         """Rows whose committed beginning already completes the unit end here: the rest is padding."""
-        ends = set(self.end_ids.tolist())
+        ends = set(self.ends_host.tolist())
         for b in range(x.shape[0]):
             if not bool(masked[b].any()):
                 continue
@@ -418,7 +465,7 @@ class Denoiser:
                 masked[b] = False
 
     def _fill_after_end(self, x, masked, cb, ca, tokens) -> None:
-        ended = torch.isin(tokens, self.end_ids)
+        ended = torch.isin(tokens, self.ends_host)
         if not bool(ended.any()):
             return
         pad = self.pad_id

@@ -3,13 +3,16 @@
     python tests/bench/bench_gpu_engine.py --device cuda [--shapes open-dcoder-0.5b,diffucoder-7b]
         [--context 2048] [--spans 32,64] [--batches 1,8] [--repeats 20] [--out results.json]
 
-The engine's kernel backend (Triton on CUDA when installed, else PyTorch), random bf16 weights of the named shape, a fixed 8 denoising steps per 32 span tokens (random
-weights never clear a confidence threshold), `--context` tokens of context; encoding (the
-context's keys/values) and generation (the denoising steps, or autoregressive decoding of
-the same span with the same backbone attending causally) are timed separately, medians
-over `--repeats` runs after warm-up, with device synchronisation around each region. Only
-redraft.engine is imported (the GPU machine has no server dependencies). `--device cpu
---shapes tiny` is a smoke test.
+The engine's kernel backend (Triton on CUDA when installed, else PyTorch), random bf16
+weights of the named shape, a fixed 8 denoising steps per 32 span tokens (random weights
+never clear a confidence threshold), `--context` tokens of context; encoding (the context's
+keys/values) and generation (the denoising steps, or autoregressive decoding of the same
+span with the same backbone attending causally) are timed separately, medians over
+`--repeats` runs after warm-up, with device synchronisation around each region. Diffusion
+runs twice: with the static step captured as a CUDA graph (what the engine does on CUDA)
+and with the dynamic eager step; the autoregressive path is eager. Only redraft.engine is
+imported (the GPU machine has no server dependencies). `--device cpu --shapes tiny` is a
+smoke test (there the static step runs eagerly).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from redraft.engine.config import ModelConfig, SamplerConfig
 from redraft.engine.layout import build_row
 from redraft.engine.model import DiffusionLM
 from redraft.engine.sampler import Denoiser
+from redraft.engine.step import StepGraphs
 from redraft.kernels import backend
 
 SHAPES = {
@@ -56,6 +60,8 @@ def build(shape: str, device: str, dtype: torch.dtype, attention: str) -> Diffus
     ops = backend.ops(device) if backend.use_triton(device) else None
     model.span_attention = None if ops is None else ops.span_attention
     model.head = None if ops is None else ops.head_confidence
+    head = (ops or backend.ops(device, "torch")).head_confidence
+    model.steps = StepGraphs(model, head, [MASK, END], None, capture=device.startswith("cuda"))
     return model
 
 
@@ -74,34 +80,44 @@ def batch_for(model: DiffusionLM, context: int, span: int, B: int, device: str):
 
 
 @torch.inference_mode()
-def run_once(model, batch, span: int, device: str, causal: bool) -> tuple[float, float]:
+def run_once(model, batch, span: int, device: str, causal: bool, graphs: bool = False) -> tuple[float, float]:
     """(encode ms, generate ms) of one request."""
     scfg = SamplerConfig(span=span, tokens_per_step=max(1, span // 8), threshold=1.0, heal=False)
     end = torch.tensor([END], device=device)
     owners = list(range(batch.B))
     sync(device)
     if causal:
-        out = decode(model, batch, scfg, end_ids=end, pad_id=END, banned=[MASK], first_allowed={}, owners=owners)
+        # END is banned too: random weights would otherwise end spans at random places
+        out = decode(model, batch, scfg, end_ids=end, pad_id=END, banned=[MASK, END], first_allowed={}, owners=owners)
+        assert out.steps == span, out.steps
     else:
-        out = Denoiser(model, scfg, owners, end, END, [MASK], head=model.head).run(batch)
+        out = Denoiser(model, scfg, owners, end, END, [MASK, END], head=model.head,
+                       steps=model.steps if graphs else None).run(batch)
+        assert out.steps == span // scfg.tokens_per_step, out.steps
+        assert out.static_steps == (out.steps if graphs else 0)
     sync(device)
     return out.encode_ms, out.generate_ms
 
 
 def measure(shape: str, device: str, context: int, span: int, B: int, repeats: int) -> dict:
     res = {"shape": shape, "context": context, "span": span, "batch": B}
-    for kind, attention in (("diffusion", "context_causal"), ("autoregressive", "causal")):
+    for attention in ("context_causal", "causal"):
         model = build(shape, device, torch.bfloat16, attention)
         batch = batch_for(model, context, span, B, device)
-        for _ in range(3):
-            run_once(model, batch, span, device, attention == "causal")
-        enc, gen = zip(*(run_once(model, batch, span, device, attention == "causal") for _ in range(repeats)))
-        res[kind] = {"encode_ms": round(statistics.median(enc), 3), "generate_ms": round(statistics.median(gen), 3)}
-        del model
+        runs = (("diffusion", False, True), ("diffusion_eager", False, False)) if attention != "causal" \
+            else (("autoregressive", True, False),)
+        for kind, causal, graphs in runs:
+            for _ in range(3):
+                run_once(model, batch, span, device, causal, graphs)
+            enc, gen = zip(*(run_once(model, batch, span, device, causal, graphs) for _ in range(repeats)))
+            res[kind] = {"encode_ms": round(statistics.median(enc), 3),
+                         "generate_ms": round(statistics.median(gen), 3)}
+        del model, batch
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-    res["generate_ratio_ar_over_diffusion"] = round(res["autoregressive"]["generate_ms"]
-                                                    / max(res["diffusion"]["generate_ms"], 1e-9), 2)
+    for kind in ("diffusion", "diffusion_eager"):
+        res[f"generate_ratio_ar_over_{kind}"] = round(res["autoregressive"]["generate_ms"]
+                                                      / max(res[kind]["generate_ms"], 1e-9), 2)
     return res
 
 
@@ -123,17 +139,19 @@ def main(argv=None) -> int:
                 r = measure(shape, args.device, args.context, span, B, args.repeats)
                 results.append(r)
                 print(json.dumps(r), flush=True)
-    print("| shape | span | batch | diffusion encode ms | diffusion generate ms | AR generate ms | AR / diffusion |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| shape | span | batch | encode ms | generate ms (static step) | generate ms (dynamic) | AR generate ms "
+          "| AR / diffusion (static) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| {r['shape']} | {r['span']} | {r['batch']} | {r['diffusion']['encode_ms']} | "
-              f"{r['diffusion']['generate_ms']} | {r['autoregressive']['generate_ms']} | "
-              f"{r['generate_ratio_ar_over_diffusion']} |")
+              f"{r['diffusion']['generate_ms']} | {r['diffusion_eager']['generate_ms']} | "
+              f"{r['autoregressive']['generate_ms']} | {r['generate_ratio_ar_over_diffusion']} |")
     print(f"total {time.time() - t0:.0f} s on {args.device}")
     if args.out:
-        meta = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+        from bench_kernels import describe  # date, commit, device name, versions (this folder)
+        meta = {**describe("cuda" if args.device.startswith("cuda") else "cpu"),
                 "kernels": "triton" if backend.use_triton(args.device) else "torch",
-                "torch": torch.__version__, "results": results}
+                "cuda_graphs": args.device.startswith("cuda"), "context": args.context, "results": results}
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
     return 0

@@ -3,13 +3,14 @@
 #
 #   bash tests/bench/gpu_suite.sh
 #
-# 1. the kernel tests, for real on CUDA (plus the layer test: the engine and kernels must
-#    import without the server's dependencies, which that machine lacks);
+# 1. the kernel tests and the static-step tests (CUDA graph capture), for real on CUDA, plus
+#    the layer test (the engine and kernels must import without the server's dependencies,
+#    which that machine lacks);
 # 2. each kernel against its torch counterpart at Open-dCoder-0.5B and DiffuCoder-7B shapes
 #    (tests/bench/bench_kernels.py);
-# 3. HOOK, end-to-end engine latency: when tests/bench/bench_gpu_engine.py exists it is run
-#    as `bench_gpu_engine.py --device cuda --out DIR/<date>-engine-<gpu>.json`; it writes
-#    that JSON and prints a markdown table, kept beside it as .md.
+# 3. end-to-end engine latency, `bench_gpu_engine.py --device cuda --out
+#    DIR/<date>-engine-<gpu>.json`: diffusion with the captured step and with the dynamic one,
+#    autoregressive for the ratio; the JSON plus its markdown table beside it as .md.
 # Results (JSON + markdown with date, commit and GPU) go to tests/bench/results/, or to
 # $RESULTS when set. Needs python3 with torch and triton; redraft need not be installed.
 # Exits non-zero when any step fails; the later steps run anyway.
@@ -58,17 +59,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 
 XDIST=()
 "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)  # compiling dominates: spread it over cores
-step "kernel tests" 90 "$PY" -m pytest tests/kernels tests/test_layers.py -q -p no:cacheprovider \
+step "kernel tests" 90 "$PY" -m pytest tests/kernels tests/engine/test_step.py tests/test_layers.py -q -p no:cacheprovider \
     "${XDIST[@]}"
 step "kernel benchmark" 90 "$PY" tests/bench/bench_kernels.py --device cuda --out "$OUTDIR"
-if [[ -f tests/bench/bench_gpu_engine.py ]]; then
-    GPU=$("$PY" -c "import re, torch; print(re.sub('[^a-z0-9]+', '-', torch.cuda.get_device_name().lower()))" \
-        2>/dev/null || echo unknown)
-    ENGINE_OUT="$OUTDIR/$(date +%F)-engine-$GPU"
-    step "engine benchmark" 150 bash -c "set -o pipefail; \"\$@\" | tee '$ENGINE_OUT.md'" _ \
-        "$PY" tests/bench/bench_gpu_engine.py --device cuda --out "$ENGINE_OUT.json"
-else
-    echo "== engine benchmark: tests/bench/bench_gpu_engine.py not written yet"
-fi
+GPU=$("$PY" -c "import re, torch; print(re.sub('[^a-z0-9]+', '-', torch.cuda.get_device_name().lower()))" \
+    2>/dev/null || echo unknown)
+ENGINE_OUT="$OUTDIR/$(date +%F)-engine-$GPU"
+step "engine benchmark" 150 bash -c "set -o pipefail; \"\$@\" | tee '$ENGINE_OUT.md'" _ \
+    "$PY" tests/bench/bench_gpu_engine.py --device cuda --out "$ENGINE_OUT.json"
 echo "== suite: $([[ $status == 0 ]] && echo passed || echo FAILED) in ${SECONDS}s; results in $OUTDIR"
 exit $status

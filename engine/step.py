@@ -91,7 +91,7 @@ class StaticStep:
         self.runs += 1
         if not self.capture:
             self.ids.copy_(x)
-            self._forward()
+            self.hidden, self.packed = self._forward()
             return self.hidden, self.packed.cpu()
         self.staging.copy_(x)
         self.ids.copy_(self.staging, non_blocking=True)
@@ -100,14 +100,14 @@ class StaticStep:
         self.graph.replay()
         return self.hidden, self.packed.cpu()  # the step's one sync
 
-    def _forward(self) -> None:
+    def _forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step itself, from the buffers: hidden states and packed choices."""
         B, A = self.B, self.A
         hidden = self.model(self.ids, self.pos, self.kv, start=self.C, key_valid=self.key_valid,
                             pos_limit=self.rope_limit)
         conf = self.head(hidden.reshape(B * A, -1), self.model.lm_head.weight, 1.0, self.vocab_limit, self.banned)
-        self.hidden = hidden
-        self.packed = torch.stack([conf.tokens.float(), conf.score(self.score_kind), conf.prob, conf.logp]
-                                  ).view(len(FIELDS), B, A)
+        packed = torch.stack([conf.tokens.float(), conf.score(self.score_kind), conf.prob, conf.logp])
+        return hidden, packed.view(len(FIELDS), B, A)
 
     def _capture(self) -> None:
         stream = torch.cuda.Stream(self.device)
@@ -118,7 +118,7 @@ class StaticStep:
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._forward()
+            self.hidden, self.packed = self._forward()  # the graph's outputs, rewritten by each replay
         self.graph = graph
 
 

@@ -121,6 +121,15 @@ def measure(shape: str, device: str, context: int, span: int, B: int, repeats: i
     return res
 
 
+def write(args, results: list[dict]) -> None:
+    from bench_kernels import describe  # date, commit, device name, versions (this folder)
+    meta = {**describe("cuda" if args.device.startswith("cuda") else "cpu"),
+            "kernels": "triton" if backend.use_triton(args.device) else "torch",
+            "cuda_graphs": args.device.startswith("cuda"), "context": args.context, "results": results}
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -133,12 +142,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     results = []
     t0 = time.time()
-    for shape in args.shapes.split(","):
-        for span in map(int, args.spans.split(",")):
-            for B in map(int, args.batches.split(",")):
+    # The targets' cases (span 32, batch 1) first, both shapes: a run cut short still has them.
+    for span in map(int, args.spans.split(",")):
+        for B in map(int, args.batches.split(",")):
+            for shape in args.shapes.split(","):
                 r = measure(shape, args.device, args.context, span, B, args.repeats)
                 results.append(r)
                 print(json.dumps(r), flush=True)
+                if args.out:
+                    write(args, results)
     print("| shape | span | batch | encode ms | generate ms (static step) | generate ms (dynamic) | AR generate ms "
           "| AR / diffusion (static) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -147,13 +159,6 @@ def main(argv=None) -> int:
               f"{r['diffusion']['generate_ms']} | {r['diffusion_eager']['generate_ms']} | "
               f"{r['autoregressive']['generate_ms']} | {r['generate_ratio_ar_over_diffusion']} |")
     print(f"total {time.time() - t0:.0f} s on {args.device}")
-    if args.out:
-        from bench_kernels import describe  # date, commit, device name, versions (this folder)
-        meta = {**describe("cuda" if args.device.startswith("cuda") else "cpu"),
-                "kernels": "triton" if backend.use_triton(args.device) else "torch",
-                "cuda_graphs": args.device.startswith("cuda"), "context": args.context, "results": results}
-        with open(args.out, "w") as f:
-            json.dump(meta, f, indent=1)
     return 0
 
 

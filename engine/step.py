@@ -29,6 +29,7 @@ Shapes: B rows, A active tokens, C context slots (a bucket), E hidden size.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import Callable
 
@@ -37,6 +38,8 @@ import torch
 from .batch import Batch
 from .cache import KVCache
 from .model import DiffusionLM
+
+log = logging.getLogger(__name__)
 
 BUCKET = 256  # context slots are padded to a multiple of this: one capture serves nearby lengths
 MAX_STEPS_KEPT = 4  # captured shapes kept (each holds a workspace cache of B x (C + A) keys/values)
@@ -62,6 +65,7 @@ class StaticStep:
         self.rope_limit, self._rope_ptr = 0, 0  # rotary table size the step reads, and where it is (load)
         self.capture = capture and p.device.type == "cuda"
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.failure: str | None = None  # why capture failed, when it did
         self.staging = torch.zeros((B, A), dtype=torch.long, pin_memory=self.capture)
         self.hidden: torch.Tensor | None = None  # [B, A, E] outputs of the last run
         self.packed: torch.Tensor | None = None  # [4, B, A] float32
@@ -89,14 +93,18 @@ class StaticStep:
         """One step on the active block `x` [B, A] (host tensor): the hidden states [B, A, E]
         (device) and the packed choices [4, B, A] (host), see FIELDS."""
         self.runs += 1
+        if self.capture and self.graph is None:
+            try:
+                self._capture()
+            except RuntimeError as exc:  # a driver or an op that cannot be captured: stay eager
+                log.warning("CUDA graph capture failed (%s); this step shape runs eagerly", exc)
+                self.capture, self.failure = False, str(exc)
         if not self.capture:
             self.ids.copy_(x)
             self.hidden, self.packed = self._forward()
             return self.hidden, self.packed.cpu()
         self.staging.copy_(x)
         self.ids.copy_(self.staging, non_blocking=True)
-        if self.graph is None:
-            self._capture()
         self.graph.replay()
         return self.hidden, self.packed.cpu()  # the step's one sync
 

@@ -106,6 +106,22 @@ def test_the_step_reads_nothing_back_from_the_device(engines):
     torch._dynamo.reset()
 
 
+def test_a_failed_capture_falls_back_to_the_eager_step(engines, monkeypatch, caplog):
+    e = static_twin(engines["redraft"])
+    with torch.inference_mode():
+        step, batch = _loaded_step(e)
+        _, expected = step.run(batch.act_ids.cpu())
+
+        def refuse():
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+        monkeypatch.setattr(step, "_capture", refuse)
+        step.capture = True  # as on a CUDA device
+        _, packed = step.run(batch.act_ids.cpu())
+    assert torch.equal(packed, expected) and not step.capture
+    assert "capture failed" in caplog.text and "not permitted" in step.failure
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_graph_replays_the_eager_step(tmp_path):
     folder = tiny.make_family(tmp_path / "redraft", "redraft", seed=7)

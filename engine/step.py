@@ -85,7 +85,7 @@ class StaticStep:
         rotary = self.model.model.rotary_emb
         top = max(max(r.act_pos) for r in batch.rows) + 1
         cos, _ = rotary.tables(max(top, self.rope_limit), self.kv.k[0].dtype)
-        if self.graph is not None and (cos.data_ptr() != self._rope_ptr or top > self.rope_limit):
+        if self.graph is not None and cos.data_ptr() != self._rope_ptr:
             self.graph = None  # the tables moved: capture again
         self.rope_limit, self._rope_ptr = cos.shape[0], cos.data_ptr()
 

@@ -6,20 +6,24 @@ fills masked spans between a prefix and a suffix by confidence-threshold paralle
 unmasking, with the context's keys/values cached. Causal checkpoints decode token by token
 through the same model.
 
-It takes strings or token ids and span lengths; it knows nothing of LSP, URIs, lines and
-columns, or tree-sitter.
+It owns its prompt format (`prompt`: special tokens, segment order, how edit history and
+definitions from other files are rendered), for serving and training alike. It takes strings
+or token ids and span lengths; it knows nothing of LSP, URIs, lines and columns, or
+tree-sitter.
 """
 
+from . import prompt
 from .checkpoint import DEFAULT_MODEL, SHIPPED, pull, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
-from .engine import Engine, InfillRequest
+from .engine import Engine, EngineInfo, InfillRequest
 from .errors import (Cancelled, CheckpointError, EngineError, InsufficientMemoryError, MissingFileError,
                      ModelNotFoundError, NoMaskTokenError, ShapeMismatchError, UnknownModelTypeError)
-from .result import CancelFlag, Completion, Draft, Stats
+from .result import CancelFlag, Completion, Preview, Stats
 
 __all__ = [
     "DEFAULT_MODEL", "SHIPPED", "pull", "resolve", "EngineConfig", "ModelConfig", "SamplerConfig", "Engine",
-    "InfillRequest", "Cancelled", "CheckpointError", "EngineError", "InsufficientMemoryError",
+    "EngineInfo", "InfillRequest", "Cancelled", "CheckpointError", "EngineError", "InsufficientMemoryError",
     "MissingFileError", "ModelNotFoundError", "NoMaskTokenError", "ShapeMismatchError",
-    "UnknownModelTypeError", "CancelFlag", "Completion", "Draft", "Stats",
+    "UnknownModelTypeError", "CancelFlag", "Completion", "Preview", "Stats",
+    "prompt",
 ]

@@ -19,7 +19,8 @@ from .cache import ContextCache
 from .config import SamplerConfig
 from .errors import Cancelled
 from .model import DiffusionLM
-from .sampler import Denoised, choose
+from .picks import choose
+from .sampler import Denoised
 
 
 def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: torch.Tensor, pad_id: int,

@@ -2,8 +2,10 @@
 
 `Engine.load(path_or_name)` reads any known checkpoint family; `engine.infill(prefix,
 suffix)` returns a Completion with text, per-token confidence and stats. Requests can be
-batched (`infill_batch`), cancelled between steps (CancelFlag), and streamed (`on_draft`
-gets the whole current draft after every step). Knows nothing of LSP, files or editors.
+batched (`infill_batch`), seeded with drafts (copy candidates taken from the code), cancelled
+between steps (CancelFlag), and streamed (`on_preview` gets the whole current text after
+every step). `engine.info()` says what the engine is and can do. Knows nothing of LSP, files
+or editors.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ from typing import Callable
 import torch
 
 from .autoregressive import decode
-from .batch import make_batch
+from .batch import Batch, make_batch
 from .cache import ContextCache
 from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, read_sampler_defaults, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
 from .errors import Cancelled, CheckpointError
-from .layout import build_row, fit, seed_row
+from .layout import Row, build_row, fit, seed_row
 from .model import DiffusionLM
-from .result import Completion, Draft, Stats
-from .sampler import Denoiser
+from .result import Completion, Preview, Stats
+from .sampler import Denoised, Denoiser
 from .step import StepGraphs
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
@@ -43,6 +45,17 @@ class InfillRequest:
     drafts: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine is and can do."""
+
+    name: str
+    parameters: int
+    dtype: str  # of the weights, e.g. "bfloat16"
+    device: str  # e.g. "cpu", "cuda:0"
+    scores_edits: bool  # `Engine.score` can compare alternatives for one place (not a causal model)
+
+
 @dataclass
 class _Prepared:
     prefix: list[int]
@@ -50,6 +63,24 @@ class _Prepared:
     extra: list[int]
     healed: str
     allowed: torch.Tensor | None
+
+
+@dataclass
+class _Run:
+    """One batch's settings and callbacks, for decoding or denoising it."""
+
+    scfg: SamplerConfig
+    owners: list[int]  # request index of each row
+    prepared: list[_Prepared]
+    reuse: ContextCache | None
+    cancel: object | None
+    stop: Callable[[str], bool] | None
+    on_preview: Callable[[Preview], None] | None
+
+    @property
+    def first_allowed(self) -> dict[int, torch.Tensor]:
+        """request -> ids its span may start with (token healing)."""
+        return {i: p.allowed for i, p in enumerate(self.prepared) if p.allowed is not None}
 
 
 class Engine:
@@ -73,6 +104,7 @@ class Engine:
         self._banned = sorted((set(tokenizer.special_ids) | {mc.mask_token_id}) - set(mc.end_token_ids) - {None})
         self._vocab_limit = min(tokenizer.vocab_size, mc.vocab_size)
         self._caches: OrderedDict[str, ContextCache] = OrderedDict()
+        self._info: EngineInfo | None = None
         # The kernel backend, chosen once: Triton on CUDA (when installed), PyTorch elsewhere.
         self.kernels = backend.ops(dev, self.config.kernels) if backend.use_triton(dev, self.config.kernels) else None
         self.model.span_attention = None if self.kernels is None else self.kernels.span_attention
@@ -120,17 +152,38 @@ class Engine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    # -- what it is ----------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        """What this engine is and can do, for callers that describe or route to it."""
+        if self._info is None:
+            p = next(self.model.parameters())
+            self._info = EngineInfo(name=self.name, parameters=sum(t.numel() for t in self.model.parameters()),
+                                    dtype=str(p.dtype).removeprefix("torch."), device=str(p.device),
+                                    scores_edits=not self.model_config.is_causal)
+        return self._info
+
+    @property
+    def sampler(self) -> SamplerConfig:
+        """The sampler settings a request without its own uses."""
+        return self.config.sampler
+
+    def with_sampler(self, **changes) -> SamplerConfig:
+        """Change the default sampler settings in place (e.g. the seed); returns the new ones."""
+        self.config = replace(self.config, sampler=self.config.sampler.with_(**changes))
+        return self.config.sampler
+
     # -- infill --------------------------------------------------------------------------
 
     def infill(self, prefix: str, suffix: str = "", extra: str = "", *, drafts=(), sampler: SamplerConfig | None = None,
-               on_draft: Callable[[Draft], None] | None = None, cancel=None, cache_key: str = "default",
+               on_preview: Callable[[Preview], None] | None = None, cancel=None, cache_key: str = "default",
                stop: Callable[[str], bool] | None = None) -> Completion:
         return self.infill_batch([InfillRequest(prefix, suffix, extra, tuple(drafts))], sampler=sampler,
-                                 on_draft=on_draft, cancel=cancel, cache_key=cache_key, stop=stop)[0]
+                                 on_preview=on_preview, cancel=cancel, cache_key=cache_key, stop=stop)[0]
 
     @torch.inference_mode()
     def infill_batch(self, requests: list[InfillRequest], *, sampler: SamplerConfig | None = None,
-                     on_draft: Callable[[Draft], None] | None = None, cancel=None, cache_key: str = "default",
+                     on_preview: Callable[[Preview], None] | None = None, cancel=None, cache_key: str = "default",
                      stop: Callable[[str], bool] | None = None) -> list[Completion]:
         """Fill every request's span in one batch; each request tries every candidate span length."""
         if not requests:
@@ -140,7 +193,29 @@ class Engine:
         scfg = sampler or self.config.sampler
         t0 = time.perf_counter()
         prepared = [self._prepare(r, scfg) for r in requests]
-        rows, owners, sources = [], [], []  # sources: draft index of each row, -1 for all-mask rows
+        rows, owners, sources = self._rows(requests, prepared, scfg)
+        batch = make_batch(rows, self._pad_id, self.device)
+        tokenize_ms = (time.perf_counter() - t0) * 1000
+        reuse = self._context_cache(cache_key) if len(requests) == 1 and self.config.reuse_cache else None
+        run = _Run(scfg, owners, prepared, reuse, cancel, stop, on_preview)
+        out, alive = self._decode(batch, run) if self.model_config.is_causal else self._denoise(batch, run)
+        source_of = {id(row): s for row, s in zip(rows, sources)}  # rows survive pruning as the same objects
+        row_sources = [source_of[id(row)] for row in out.batch.rows]
+        best = self._winners(out, alive, row_sources, scfg)
+        total_ms = (time.perf_counter() - t0) * 1000
+        results = []
+        for i in range(len(requests)):
+            score, r = best[i]
+            drafts = sum(1 for o, s in zip(owners, sources) if o == i and s >= 0)
+            results.append(self._completion(out, r, score, prepared[i], row_sources[r], drafts, scfg,
+                                            tokenize_ms, total_ms))
+        return results
+
+    def _rows(self, requests: list[InfillRequest], prepared: list[_Prepared],
+              scfg: SamplerConfig) -> tuple[list[Row], list[int], list[int]]:
+        """Every candidate row: per request one per span length, then one per usable draft.
+        Also the request of each row and its draft index (-1 for all-mask rows)."""
+        rows, owners, sources = [], [], []
         for i, (r, p) in enumerate(zip(requests, prepared)):
             for length in scfg.candidate_lengths:
                 rows.append(build_row(self.model_config, p.prefix, p.suffix, p.extra, length))
@@ -152,62 +227,64 @@ class Engine:
                 rows.append(seed_row(build_row(self.model_config, p.prefix, p.suffix, p.extra, len(ids)), ids))
                 owners.append(i)
                 sources.append(d)
-        batch = make_batch(rows, self._pad_id, self.device)
-        tokenize_ms = (time.perf_counter() - t0) * 1000
-        first_allowed = {i: p.allowed for i, p in enumerate(prepared) if p.allowed is not None}
-        reuse = self._context_cache(cache_key) if len(requests) == 1 and self.config.reuse_cache else None
+        return rows, owners, sources
 
-        if self.model_config.is_causal:
-            out = decode(self.model, batch, scfg, end_ids=self._end_ids, pad_id=self._pad_id, banned=self._banned,
-                         first_allowed=first_allowed, owners=owners, vocab_limit=self._vocab_limit, reuse=reuse,
-                         cancel=cancel,
-                         stop=None if stop is None else (lambda b, ids: stop(self._text(ids, prepared[owners[b]]))),
-                         on_step=None if on_draft is None else
-                         (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_draft)))
-            alive = owners
-        else:
-            denoiser = Denoiser(self.model, scfg, owners, self._end_ids, self._pad_id, self._banned, first_allowed,
-                                self._vocab_limit, reuse, cancel,
-                                head=None if self.kernels is None else self.kernels.head_confidence,
-                                steps=self.steps,
-                                on_step=
-                                None if on_draft is None else
-                                (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_draft)))
-            if stop is not None:
-                denoiser.stop = lambda b, ids: stop(self._text(ids, prepared[denoiser.alive[b]]))
-            out = denoiser.run(batch)
-            alive = denoiser.alive
-        row_index = {id(row): n for n, row in enumerate(rows)}  # rows survive pruning as the same objects
+    def _decode(self, batch: Batch, run: "_Run") -> tuple[Denoised, list[int]]:
+        """Causal models: token by token. Returns the output and the request of each row."""
+        stop, on_preview, owners, prepared = run.stop, run.on_preview, run.owners, run.prepared
+        out = decode(self.model, batch, run.scfg, end_ids=self._end_ids, pad_id=self._pad_id, banned=self._banned,
+                     first_allowed=run.first_allowed, owners=owners, vocab_limit=self._vocab_limit, reuse=run.reuse,
+                     cancel=run.cancel,
+                     stop=None if stop is None else (lambda b, ids: stop(self._text(ids, prepared[owners[b]]))),
+                     on_step=None if on_preview is None else
+                     (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_preview)))
+        return out, owners
 
-        best: dict[int, tuple[float, int]] = {}  # request -> (mean log-prob, row): the candidate that wins
+    def _denoise(self, batch: Batch, run: "_Run") -> tuple[Denoised, list[int]]:
+        """Masked-diffusion models: all span positions in parallel. Returns the output and the
+        request of each row still alive at the end."""
+        on_preview, prepared = run.on_preview, run.prepared
+        denoiser = Denoiser(self.model, run.scfg, run.owners, self._end_ids, self._pad_id, self._banned,
+                            run.first_allowed, self._vocab_limit, run.reuse, run.cancel,
+                            head=None if self.kernels is None else self.kernels.head_confidence, steps=self.steps,
+                            on_step=None if on_preview is None else
+                            (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_preview)))
+        if run.stop is not None:
+            denoiser.stop = lambda b, ids: run.stop(self._text(ids, prepared[denoiser.alive[b]]))
+        out = denoiser.run(batch)
+        return out, denoiser.alive
+
+    def _winners(self, out: Denoised, alive: list[int], sources: list[int],
+                 scfg: SamplerConfig) -> dict[int, tuple[float, int]]:
+        """request -> (mean log-prob, row) of the candidate that wins: the one scoring of every
+        row when there is one (drafts with their bonus), else each row's commit log-probs."""
+        best: dict[int, tuple[float, int]] = {}
         for r, req in enumerate(alive):
-            if getattr(out, "score", None) is not None:
+            if out.score is not None:
                 lp = float(out.score[r])
-                if sources[row_index[id(out.batch.rows[r])]] >= 0:
+                if sources[r] >= 0:
                     lp += scfg.draft_bonus
             else:
                 lp = self._mean_logp(out.logp[r], out.x[r], out.batch.rows[r].length, out.batch.span_at)
             if req not in best or lp > best[req][0]:
                 best[req] = (lp, r)
-        total_ms = (time.perf_counter() - t0) * 1000
-        results = []
-        for i in range(len(requests)):
-            r = best[i][1]
-            row = out.batch.rows[r]
-            ids, confs = self._span(out.x[r], out.conf[r], row.length, out.batch.span_at)
-            c = Completion(self._text(ids, prepared[i]), ids, confs, row.length, healed=prepared[i].healed,
-                           score=best[i][0] - (scfg.draft_bonus if sources[row_index[id(row)]] >= 0 else 0.0))
-            if best[i][0] < scfg.min_score:  # with the draft bonus: a draft is evidence too
-                c.text, c.token_ids, c.confidences, c.abstained = "", [], [], True
-            kept = getattr(out, "kept", None)
-            c.stats = Stats(context_tokens=len(row.ctx_ids) + out.batch.span_at, reused_tokens=out.reused,
-                            span_tokens=len(c.token_ids), steps=out.steps, forwards=out.forwards, rows=out.rows_run,
-                            tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
-                            total_ms=total_ms, drafts=sum(1 for o, s in zip(owners, sources) if o == i and s >= 0),
-                            draft=sources[row_index[id(row)]],
-                            draft_kept=0 if kept is None else int(kept[r]))
-            results.append(c)
-        return results
+        return best
+
+    def _completion(self, out: Denoised, r: int, score: float, p: _Prepared, source: int, drafts: int,
+                    scfg: SamplerConfig, tokenize_ms: float, total_ms: float) -> Completion:
+        """Row `r`'s text and stats; empty (abstained) when its score is below the bar."""
+        row = out.batch.rows[r]
+        ids, confs = self._span(out.x[r], out.conf[r], row.length, out.batch.span_at)
+        c = Completion(self._text(ids, p), ids, confs, row.length, healed=p.healed,
+                       score=score - (scfg.draft_bonus if source >= 0 else 0.0))
+        if score < scfg.min_score:  # with the draft bonus: a draft is evidence too
+            c.text, c.token_ids, c.confidences, c.abstained = "", [], [], True
+        c.stats = Stats(context_tokens=len(row.ctx_ids) + out.batch.span_at, reused_tokens=out.reused,
+                        span_tokens=len(c.token_ids), steps=out.steps, forwards=out.forwards, rows=out.rows_run,
+                        tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
+                        total_ms=total_ms, drafts=drafts, draft=source,
+                        draft_kept=0 if out.kept is None else int(out.kept[r]))
+        return c
 
     @torch.inference_mode()
     def score(self, prefix: str, suffix: str, texts: list[str], extra: str = "") -> list[float]:
@@ -306,7 +383,7 @@ class Engine:
             text = text[len(p.healed):]
         return text
 
-    def _emit(self, step, alive, batch, x, masked, logp, prepared, on_draft) -> None:
+    def _emit(self, step, alive, batch, x, masked, logp, prepared, on_preview) -> None:
         best: dict[int, tuple[float, int]] = {}
         for r, req in enumerate(alive):
             done = ~masked[r]
@@ -324,9 +401,10 @@ class Engine:
                 if t in ends:
                     break
                 ids.append(t)
-            on_draft(Draft(req, step, self._text(ids, prepared[req]), int(masked[r].sum())))
+            on_preview(Preview(req, step, self._text(ids, prepared[req]), int(masked[r].sum())))
 
-    def _emit_ar(self, step, batch, x, done, owners, prepared, on_draft) -> None:
+    def _emit_ar(self, step, batch, x, done, owners, prepared, on_preview) -> None:
         for r, req in enumerate(owners):
             ids, _ = self._span(x[r], x[r].float(), x.shape[1] - 1, 1)
-            on_draft(Draft(req, step, self._text(ids, prepared[req]), 0 if done[r] else batch.rows[r].length - step))
+            masked = 0 if done[r] else batch.rows[r].length - step
+            on_preview(Preview(req, step, self._text(ids, prepared[req]), masked))

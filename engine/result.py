@@ -1,8 +1,7 @@
-"""What a request gives back: the completion, its drafts while it runs, and its stats."""
+"""What a request gives back: the completion, previews of it while it runs, and its stats."""
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass, field
 
@@ -44,16 +43,10 @@ class Completion:
     score: float = 0.0  # mean log-prob of the span (incl. its end) under the scoring used to pick it
     abstained: bool = False  # the score fell below SamplerConfig.min_score: `text` is empty
 
-    @property
-    def mean_logprob(self) -> float:
-        if not self.confidences:
-            return 0.0
-        return sum(math.log(max(c, 1e-12)) for c in self.confidences) / len(self.confidences)
-
 
 @dataclass(frozen=True)
-class Draft:
-    """The whole current draft of one request after a denoising step (not a delta)."""
+class Preview:
+    """The whole current text of one request after a denoising step (not a delta)."""
 
     request: int
     step: int

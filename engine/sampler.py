@@ -1,7 +1,7 @@
 """Confidence-threshold parallel unmasking of a masked span (Fast-dLLM style).
 
 Each step reads the output head only at still-masked positions, picks a token per position
-(greedy, or temperature / top-p sampling), scores it (max-prob, margin or exp(-entropy))
+(greedy, or temperature / top-p sampling; picks.py), scores it (max-prob, margin or exp(-entropy))
 and commits every position whose score clears the threshold — at least one per row, more
 when a step cap demands it, or a fixed number per step. Context keys/values come from the
 cache; for "full"-attention models they were computed with the span all-masked and can be
@@ -13,6 +13,11 @@ the model agrees with stay, the others are re-masked and denoised as usual. A dr
 whole answers its request at once. When a request has several rows (drafts, the plain
 all-mask row, span lengths), one last forward scores every finished row the same way so
 they can be compared (`Denoised.score`).
+
+`Denoiser.run` in steps: encode the context, judge the drafts, then step (pick at masked
+positions, hold some back, choose the span length, commit, stream a preview) until nothing is
+masked, and score what is left. The rows and everything kept per row live in one `Running`
+object; rows are dropped only through `Running.keep`, so every per-row field follows.
 """
 
 from __future__ import annotations
@@ -29,50 +34,50 @@ from .cache import ContextCache, KVCache
 from .config import SamplerConfig
 from .errors import Cancelled
 from .model import DiffusionLM
-from .step import StepGraphs
+from .picks import Picks, choose
+from .step import StaticStep, StepGraphs
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
 
 @dataclass
-class Choice:
-    tokens: torch.Tensor  # [N]
-    score: torch.Tensor  # [N] what the threshold is compared with
-    prob: torch.Tensor  # [N] probability of the chosen token (at the sampling temperature)
-    logp: torch.Tensor  # [N] log-probability of the chosen token at temperature 1
-    top_logp: torch.Tensor  # [N] log of the largest probability (first-step length choice)
+class Running:
+    """One run's rows and everything kept per row, plus its counters.
 
+    Rows are dropped (a whole draft answers its request, a span length loses after the first
+    step) only through `keep`, which prunes every per-row field together.
+    """
 
-def choose(logits: torch.Tensor, scfg: SamplerConfig, gen: torch.Generator | None) -> Choice:
-    """logits [N, V] (fp32, banned ids already -inf) -> one token per row and its scores."""
-    logp_raw = torch.log_softmax(logits, dim=-1)
-    if scfg.temperature > 0:
-        probs = torch.softmax(logits / scfg.temperature, dim=-1)
-        if scfg.top_p < 1.0:
-            probs = _top_p(probs, scfg.top_p)
-        tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-    else:
-        probs = logp_raw.exp()
-        tokens = probs.argmax(-1)
-    prob = probs.gather(-1, tokens[:, None]).squeeze(-1)
-    if scfg.score == "maxprob":
-        score = prob
-    elif scfg.score == "margin":
-        top2 = probs.topk(2, dim=-1).values
-        score = top2[:, 0] - top2[:, 1]
-    else:  # entropy, mapped to (0, 1] so one threshold serves every score
-        ent = -(probs * torch.log(probs.clamp_min(1e-12))).sum(-1)
-        score = torch.exp(-ent)
-    return Choice(tokens, score, prob, logp_raw.gather(-1, tokens[:, None]).squeeze(-1),
-                  logp_raw.max(-1).values)
+    batch: Batch
+    kv: KVCache
+    kvalid: torch.Tensor | None  # [B, C + A] which keys are valid; None when all are
+    x: torch.Tensor  # [B, A] the active block: committed and draft tokens, masks
+    masked: torch.Tensor  # [B, A] span positions still masked
+    seeded: torch.Tensor  # [B, A] span positions that started with a draft token
+    conf: torch.Tensor  # [B, A] probability at commit
+    logp: torch.Tensor  # [B, A] log-probability at commit
+    kept: torch.Tensor  # [B] draft tokens each row kept (0 for plain rows)
+    alive: list[int]  # request index of each row
+    hidden: torch.Tensor | None = None  # [B, A, E] the next step's hidden states, when already computed
+    static: StaticStep | None = None  # the static step loaded with these rows
+    steps: int = 0
+    forwards: int = 0
+    static_steps: int = 0
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Only `rows` (ascending indices, on the host) go on."""
+        self.batch = self.batch.select(rows)
+        self.kv.select_rows(rows)
+        self.alive = [self.alive[b] for b in rows.tolist()]
+        for name in ("kvalid", "x", "masked", "seeded", "conf", "logp", "kept", "hidden"):
+            t = getattr(self, name)
+            if t is not None:
+                setattr(self, name, t[rows.to(t.device)])
+        self.static = None  # loaded with the old rows
 
-def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    drop = sorted_p.cumsum(-1) - sorted_p > top_p
-    sorted_p = sorted_p.masked_fill(drop, 0.0)
-    out = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return out / out.sum(-1, keepdim=True)
+    def move(self, device: torch.device) -> None:
+        """The tensors the unmask decision reads and writes, to `device`."""
+        self.x, self.masked, self.conf, self.logp = (t.to(device) for t in (self.x, self.masked, self.conf, self.logp))
 
 
 @dataclass
@@ -114,154 +119,197 @@ class Denoiser:
     # Static-shape steps (step.StepGraphs), replayed as CUDA graphs: the greedy span steps over
     # cached context keys/values (not the full passes of "full"-attention models).
     steps: StepGraphs | None = None
-    alive: list[int] = field(init=False, default_factory=list)  # request index of each row still running
+    running: Running | None = field(init=False, default=None)  # the rows of the current (or last) run
     ends_host: torch.Tensor = field(init=False)  # end_ids for the host-side decision
 
     def __post_init__(self) -> None:
         self.ends_host = self.end_ids.cpu()
 
+    @property
+    def alive(self) -> list[int]:
+        """Request index of each row still running."""
+        return list(self.owners) if self.running is None else self.running.alive
+
+    @property
+    def _shift(self) -> int:
+        return 1 if self.model.config.shifted else 0
+
+    @property
+    def _mask_id(self) -> int:
+        mask = self.model.config.mask_token_id
+        return mask if mask is not None else 0
+
     def run(self, batch: Batch) -> Denoised:
-        cfg = self.model.config
-        shift = 1 if cfg.shifted else 0
+        """Encode, judge the drafts, then step until nothing is masked; score the rows left."""
         gen = torch.Generator(device="cpu").manual_seed(self.scfg.seed) if self.scfg.temperature > 0 else None
-        self.alive = list(self.owners)
         t0 = time.perf_counter()
-        full = cfg.attention == "full"
-        if full:
-            kv = self._new_cache(batch)
-            hidden = self._full_pass(batch, kv)
-            reused = 0
-        else:
-            kv, reused = encode_context(self.model, batch, self.reuse, extra=batch.A)
-            hidden = None
-        kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
+        st, reused = self._encode(batch)
+        self.running = st
         encode_ms = (time.perf_counter() - t0) * 1000
         t1 = time.perf_counter()
+        if bool(st.seeded.any()):
+            self._check_cancel()
+            self._judge_step(st)
+        judged = st.steps  # the judging forward is not one of the capped denoising steps
+        denoised = bool(st.masked.any())
+        max_steps = self.scfg.max_steps or int(st.masked.sum(1).max())
+        # The unmask decision works on host copies: one read-back per step (see step.py).
+        dev = st.x.device
+        st.move(torch.device("cpu"))
+        while bool(st.masked.any()):
+            self._check_cancel()
+            self._step(st, st.steps + 1 - judged, max_steps, gen)
+        st.move(dev)
+        score = self._final_scores(st, rescore=denoised)
+        gen_ms = (time.perf_counter() - t1) * 1000
+        return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
+                        st.kept, score, st.static_steps)
 
+    def _check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled()
+
+    def _encode(self, batch: Batch) -> tuple[Running, int]:
+        """The context's keys/values (for "full" attention, the whole first pass) and the rows'
+        starting state: seeded draft positions, masked positions. Also how many context tokens
+        came from an earlier request."""
+        hidden, reused = None, 0
+        if self.model.config.attention == "full":
+            kv = self._new_cache(batch)
+            hidden = self._full_pass(batch, kv)
+        else:
+            kv, reused = encode_context(self.model, batch, self.reuse, extra=batch.A)
+        kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
         x = batch.act_ids.clone()
-        span = torch.zeros_like(batch.act_valid)
-        span[:, batch.span_at:] = True
-        mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else 0
-        seeded = span & batch.act_valid & (x != mask_id)
-        masked = span & batch.act_valid & ~seeded
+        span = _span_positions(batch)
+        seeded = span & (x != self._mask_id)
         conf = torch.ones(x.shape, dtype=torch.float32, device=x.device)
         logp = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         kept = torch.zeros(batch.B, dtype=torch.long)
-        steps = forwards = 0
-        rows_run = batch.B
-        if bool(seeded.any()):
-            if self.cancel is not None and self.cancel.is_set():
-                raise Cancelled()
-            lp, other, forwards = self._judge_drafts(batch, kv, kvalid, x, seeded)
-            bar = math.log(max(self.scfg.draft_keep, 1e-12))
-            keep = seeded & ((lp >= bar) if self.scfg.draft_rule == "keep" else (other < bar))
-            logp[keep], conf[keep] = lp[keep], lp[keep].exp()
-            drop = seeded & ~keep
-            x[drop], masked[drop] = mask_id, True
-            kept = keep.sum(1).cpu()
-            steps = 1
-            whole = seeded.any(1) & ~drop.any(1)
-            if self.scfg.accept_whole_drafts and bool(whole.any()):
-                sel = self._accept_whole(whole, batch.B)
-                if sel is not None:
-                    batch, kv = batch.select(sel), _select(kv, sel)
-                    x, masked, conf, logp, kept = x[sel], masked[sel], conf[sel], logp[sel], kept[sel]
-                    seeded = seeded[sel]
-                    kvalid = None if kvalid is None else kvalid[sel]
-            if self.on_step is not None:
-                self.on_step(steps, self, batch, x, masked, logp)
-        judged = steps  # the judging forward is not one of the capped denoising steps
-        denoised = bool(masked.any())
-        max_steps = self.scfg.max_steps or int(masked.sum(1).max())
-        # The unmask decision works on host copies: one read-back per step (see step.py).
-        dev = x.device
-        x, masked, conf, logp = x.cpu(), masked.cpu(), conf.cpu(), logp.cpu()
-        static, static_steps = None, 0  # the static step loaded for the current rows
-        while bool(masked.any()):
-            if self.cancel is not None and self.cancel.is_set():
-                raise Cancelled()
-            b_idx, a_idx = masked.nonzero(as_tuple=True)
-            if hidden is None and self.steps is not None and self.scfg.temperature == 0:
-                if static is None:
-                    static = self.steps.prepare(batch, kv, self.scfg.score)
-                hidden, packed = static.run(x)
-                static_steps += 1
-                rows = packed[:, b_idx, a_idx - shift]
-                c = Choice(rows[0].long(), rows[1], rows[2], rows[3], rows[3])
-                self._fix_first_rows(c, hidden, b_idx, a_idx, batch.span_at)
-            else:
-                if hidden is None:
-                    hidden = self.model(x.to(dev), batch.act_pos, kv, start=batch.C, key_valid=kvalid)
-                c = self._choose_rows(hidden, b_idx, a_idx, batch.span_at, gen)
-            forwards += 1
-            steps += 1
-            if self.scfg.end_in_order:
-                self._defer_early_ends(c, b_idx, a_idx, masked)
-            if self.scfg.block_size:
-                self._outside_block(c, b_idx, a_idx, masked, batch.span_at)
-            if steps - judged == 1 and self.scfg.length_choice == "first_step" and batch.B > 1:
-                keep = self._best_rows_first_step(b_idx, c.top_logp, batch)
-                if keep is not None:
-                    batch, kv, static = batch.select(keep), _select(kv, keep), None
-                    x, masked, conf, logp = x[keep], masked[keep], conf[keep], logp[keep]
-                    kvalid = None if kvalid is None else kvalid[keep.to(dev)]
-                    remap = {int(old): new for new, old in enumerate(keep.tolist())}
-                    sel = torch.tensor([int(b) in remap for b in b_idx.tolist()], dtype=torch.bool)
-                    b_idx = torch.tensor([remap[int(b)] for b in b_idx[sel].tolist()], dtype=torch.long)
-                    a_idx, c = a_idx[sel], Choice(*(t[sel] for t in c.__dict__.values()))
-            commit = self._commit_mask(b_idx, c.score, masked, steps - judged, max_steps, batch.B)
-            cb, ca = b_idx[commit], a_idx[commit]
-            x[cb, ca] = c.tokens[commit]
-            conf[cb, ca] = c.prob[commit]
-            logp[cb, ca] = c.logp[commit]
-            masked[cb, ca] = False
-            if self.scfg.end_fills_rest:
-                self._fill_after_end(x, masked, cb, ca, c.tokens[commit])
-            if self.stop is not None:
-                self._stop_finished_units(x, masked, batch.span_at)
-            if self.on_step is not None:
-                self.on_step(steps, self, batch, x, masked, logp)
-            hidden = None
-            if full and bool(masked.any()) and self.scfg.refresh_every and steps % self.scfg.refresh_every == 0:
-                hidden, static = self._full_pass(batch, kv, x.to(dev)), None  # new context keys: reload
-        x, masked, conf, logp = x.to(dev), masked.to(dev), conf.to(dev), logp.to(dev)
-        score = None
-        if batch.B > len(set(self.alive)) or bool(seeded.any()):
-            # rows written only by the judging forward already hold that scoring's log-probs
-            score, n = self._score_rows(batch, kv, kvalid, x, logp, rescore=denoised)
-            forwards += n
-        gen_ms = (time.perf_counter() - t1) * 1000
-        return Denoised(batch, x, conf, logp, steps, forwards, encode_ms, gen_ms, reused, rows_run, kept, score,
-                        static_steps)
+        return Running(batch, kv, kvalid, x, span & ~seeded, seeded, conf, logp, kept, list(self.owners),
+                       hidden), reused
+
+    def _judge_step(self, st: Running) -> None:
+        """One forward judges every draft token: those the model agrees with stay, the rest
+        are masked again. A request with a draft kept whole keeps that row alone."""
+        lp, other, n = self._judge_drafts(st.batch, st.kv, st.kvalid, st.x, st.seeded)
+        st.forwards += n
+        bar = math.log(max(self.scfg.draft_keep, 1e-12))
+        keep = st.seeded & ((lp >= bar) if self.scfg.draft_rule == "keep" else (other < bar))
+        st.logp[keep], st.conf[keep] = lp[keep], lp[keep].exp()
+        drop = st.seeded & ~keep
+        st.x[drop], st.masked[drop] = self._mask_id, True
+        st.kept = keep.sum(1).cpu()
+        st.steps = 1
+        whole = st.seeded.any(1) & ~drop.any(1)
+        if self.scfg.accept_whole_drafts and bool(whole.any()):
+            rows = self._accept_whole(whole, st.alive)
+            if rows is not None:
+                st.keep(rows)
+        self._stream(st)
+
+    def _step(self, st: Running, step: int, max_steps: int, gen) -> None:
+        """One denoising step (`step` counts from 1 after the judging forward): pick a token at
+        every masked position, hold some back, choose the span length, commit, stream."""
+        b_idx, a_idx = st.masked.nonzero(as_tuple=True)
+        picks = self._pick(st, b_idx, a_idx, gen)
+        st.forwards += 1
+        st.steps += 1
+        if self.scfg.end_in_order:
+            self._defer_early_ends(picks, b_idx, a_idx, st.masked)
+        if self.scfg.block_size:
+            self._outside_block(picks, b_idx, a_idx, st.masked, st.batch.span_at)
+        if step == 1 and self.scfg.length_choice == "first_step" and st.batch.B > 1:
+            b_idx, a_idx, picks = self._choose_length(st, b_idx, a_idx, picks)
+        self._commit(st, b_idx, a_idx, picks, step, max_steps)
+        self._stream(st)
+        refresh = self.scfg.refresh_every
+        if self.model.config.attention == "full" and bool(st.masked.any()) and refresh and st.steps % refresh == 0:
+            # new context keys: the static step is loaded again
+            st.hidden, st.static = self._full_pass(st.batch, st.kv, st.x.to(st.batch.act_ids.device)), None
+
+    def _pick(self, st: Running, b_idx, a_idx, gen) -> Picks:
+        """Picks at the masked positions (b_idx, a_idx): from hidden states already computed,
+        the static step, or a forward over the active block."""
+        hidden, st.hidden = st.hidden, None
+        if hidden is None and self.steps is not None and self.scfg.temperature == 0:
+            if st.static is None:
+                st.static = self.steps.prepare(st.batch, st.kv, self.scfg.score)
+            hidden, packed = st.static.run(st.x)
+            st.static_steps += 1
+            rows = packed[:, b_idx, a_idx - self._shift]
+            picks = Picks(rows[0].long(), rows[1], rows[2], rows[3], rows[3])
+            self._fix_first_rows(picks, hidden, b_idx, a_idx, st.batch.span_at)
+            return picks
+        if hidden is None:
+            hidden = self.model(st.x.to(st.batch.act_ids.device), st.batch.act_pos, st.kv, start=st.batch.C,
+                                key_valid=st.kvalid)
+        return self._choose_rows(hidden, b_idx, a_idx, st.batch.span_at, gen)
+
+    def _choose_length(self, st: Running, b_idx, a_idx, picks: Picks):
+        """Keep each request's most confident span length after the first step; the step's
+        picks follow the rows that stay."""
+        rows = self._best_rows_first_step(b_idx, picks.top_logp, st.alive)
+        if rows is None:
+            return b_idx, a_idx, picks
+        st.keep(rows)
+        remap = {old: new for new, old in enumerate(rows.tolist())}
+        sel = torch.tensor([int(b) in remap for b in b_idx.tolist()], dtype=torch.bool)
+        b_idx = torch.tensor([remap[int(b)] for b in b_idx[sel].tolist()], dtype=torch.long)
+        return b_idx, a_idx[sel], picks.select(sel)
+
+    def _commit(self, st: Running, b_idx, a_idx, picks: Picks, step: int, max_steps: int) -> None:
+        """Unmask the picks that clear the threshold (at least one per row), then pad after end
+        tokens and stop rows whose unit is complete."""
+        commit = self._commit_mask(b_idx, picks.score, st.masked, step, max_steps, st.batch.B)
+        cb, ca = b_idx[commit], a_idx[commit]
+        st.x[cb, ca] = picks.tokens[commit]
+        st.conf[cb, ca] = picks.prob[commit]
+        st.logp[cb, ca] = picks.logp[commit]
+        st.masked[cb, ca] = False
+        if self.scfg.end_fills_rest:
+            self._fill_after_end(st.x, st.masked, cb, ca, picks.tokens[commit])
+        if self.stop is not None:
+            self._stop_finished_units(st.x, st.masked, st.batch.span_at)
+
+    def _stream(self, st: Running) -> None:
+        if self.on_step is not None:
+            self.on_step(st.steps, self, st.batch, st.x, st.masked, st.logp)
+
+    def _final_scores(self, st: Running, rescore: bool) -> torch.Tensor | None:
+        """One scoring of every row, when there is something to compare: several rows for one
+        request, or a draft row."""
+        if st.batch.B <= len(set(st.alive)) and not bool(st.seeded.any()):
+            return None
+        # rows written only by the judging forward already hold that scoring's log-probs
+        score, n = self._score_rows(st.batch, st.kv, st.kvalid, st.x, st.logp, rescore=rescore)
+        st.forwards += n
+        return score
 
     def judge(self, batch: Batch) -> torch.Tensor:
         """[B] mean log-prob of each row's span, every span token seeded, from one judging
         pass: alternatives for one place (the text as it is, a proposed edit) scored alike."""
         kv, _ = encode_context(self.model, batch, self.reuse, extra=batch.A)
         kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
-        span = torch.zeros_like(batch.act_valid)
-        span[:, batch.span_at:] = True
-        seeded = span & batch.act_valid
-        self.alive = list(self.owners)
+        seeded = _span_positions(batch)
+        self.running = None  # every row stays: alive is the owners
         lp, _, _ = self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded)
         return lp.masked_fill(~seeded, 0.0).sum(1) / seeded.sum(1).clamp_min(1)
 
-    def _choose_rows(self, hidden, b_idx, a_idx, span_at: int, gen) -> Choice:
-        """The choice at masked positions (b_idx, a_idx) from the step's hidden states, on the host."""
-        shift = 1 if self.model.config.shifted else 0
-        rows = hidden[b_idx.to(hidden.device), (a_idx - shift).to(hidden.device)]
+    def _choose_rows(self, hidden, b_idx, a_idx, span_at: int, gen) -> Picks:
+        """The picks at masked positions (b_idx, a_idx) from the step's hidden states, on the host."""
+        rows = hidden[b_idx.to(hidden.device), (a_idx - self._shift).to(hidden.device)]
         if self.head is not None and self.scfg.temperature == 0:
             banned = torch.tensor(self.banned, dtype=torch.long, device=rows.device) if self.banned else None
             conf = self.head(rows.contiguous(), self.model.lm_head.weight, 1.0, self.vocab_limit, banned)
-            c = Choice(conf.tokens, conf.score(self.scfg.score).clone(), conf.prob, conf.logp, conf.logp)
-            c = Choice(*(t.cpu() for t in c.__dict__.values()))
-            self._fix_first_rows(c, hidden, b_idx, a_idx, span_at)
-            return c
+            picks = Picks(conf.tokens, conf.score(self.scfg.score).clone(), conf.prob, conf.logp, conf.logp).cpu()
+            self._fix_first_rows(picks, hidden, b_idx, a_idx, span_at)
+            return picks
         logits = self.model.logits(rows)
         self._constrain(logits, b_idx, a_idx - span_at)
-        return Choice(*(t.cpu() for t in choose(logits, self.scfg, gen).__dict__.values()))
+        return choose(logits, self.scfg, gen).cpu()
 
-    def _fix_first_rows(self, c: Choice, hidden, b_idx, a_idx, span_at: int) -> None:
+    def _fix_first_rows(self, picks: Picks, hidden, b_idx, a_idx, span_at: int) -> None:
         """The fused head knows only banned ids; a request whose first token must start with
         the healed text gets that row chosen again, constrained (usually one row, one step)."""
         if not self.first_allowed:
@@ -271,13 +319,12 @@ class Denoiser:
         if not sel:
             return
         sel = torch.tensor(sel, dtype=torch.long)
-        shift = 1 if self.model.config.shifted else 0
         b, a = b_idx[sel], a_idx[sel]
-        logits = self.model.logits(hidden[b.to(hidden.device), (a - shift).to(hidden.device)])
+        logits = self.model.logits(hidden[b.to(hidden.device), (a - self._shift).to(hidden.device)])
         self._constrain(logits, b, a - span_at)
         fixed = choose(logits, self.scfg, None)
         for name, t in fixed.__dict__.items():
-            getattr(c, name)[sel] = t.cpu().to(getattr(c, name).dtype)
+            getattr(picks, name)[sel] = t.cpu().to(getattr(picks, name).dtype)
 
     # -- drafts ----------------------------------------------------------------------------
 
@@ -299,21 +346,19 @@ class Denoiser:
             # is the closest judgement available without recomputing the whole context.)
             hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
             lp[b_idx, a_idx], other[b_idx, a_idx] = self._token_logp(
-                hidden[b_idx, a_idx - (1 if cfg.shifted else 0)], x[b_idx, a_idx], b_idx, a_idx - batch.span_at)
+                hidden[b_idx, a_idx - self._shift], x[b_idx, a_idx], b_idx, a_idx - batch.span_at)
             return lp, other, 1
-        mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else 0
         forwards = 0
         for lo in range(0, b_idx.numel(), MARGINAL_CHUNK):
             b, a = b_idx[lo:lo + MARGINAL_CHUNK], a_idx[lo:lo + MARGINAL_CHUNK]
             n = torch.arange(b.numel(), device=x.device)
             xs = x[b].clone()
-            xs[n, a] = mask_id
+            xs[n, a] = self._mask_id
             sub = KVCache.__new__(KVCache)
             sub.k, sub.v = [t.index_select(0, b) for t in kv.k], [t.index_select(0, b) for t in kv.v]
             hidden = self.model(xs, batch.act_pos[b], sub, start=batch.C,
                                 key_valid=None if kvalid is None else kvalid[b])
-            lp[b, a], other[b, a] = self._token_logp(hidden[n, a - (1 if cfg.shifted else 0)], x[b, a], b,
-                                                     a - batch.span_at)
+            lp[b, a], other[b, a] = self._token_logp(hidden[n, a - self._shift], x[b, a], b, a - batch.span_at)
             forwards += 1
         return lp, other, forwards
 
@@ -325,18 +370,14 @@ class Denoiser:
         own = logp.gather(-1, tokens[:, None]).squeeze(-1)
         return own, logp.scatter(-1, tokens[:, None], float("-inf")).max(-1).values
 
-    def _accept_whole(self, whole, B: int) -> torch.Tensor | None:
+    @staticmethod
+    def _accept_whole(whole, owners: list[int]) -> torch.Tensor | None:
         """Rows to keep when some drafts were kept whole: per such request, its first whole
         draft alone (drafts come ranked by the caller); other requests keep all their rows."""
-        owners = self.alive
         best: dict[int, int] = {}
         for b in whole.nonzero(as_tuple=True)[0].tolist():
             best.setdefault(owners[b], b)
-        keep = sorted(set(best.values()) | {b for b in range(B) if owners[b] not in best})
-        if len(keep) == B:
-            return None
-        self.alive = [owners[b] for b in keep]
-        return torch.tensor(keep, dtype=torch.long)
+        return _fewer(set(best.values()) | {b for b in range(len(owners)) if owners[b] not in best}, len(owners))
 
     def _score_rows(self, batch: Batch, kv: KVCache, kvalid, x, logp, rescore: bool) -> tuple[torch.Tensor, int]:
         """[B] mean log-prob of each row's span up to its first end token, one scoring for all.
@@ -346,9 +387,7 @@ class Denoiser:
         """
         cfg = self.model.config
         ends = torch.isin(x, self.end_ids)
-        span = torch.zeros_like(batch.act_valid)
-        span[:, batch.span_at:] = True
-        span &= batch.act_valid
+        span = _span_positions(batch)
         # positions up to and including the first end token
         after_end = (torch.cumsum((ends & span).long(), dim=1) - (ends & span).long()) > 0
         use = span & ~after_end
@@ -357,8 +396,8 @@ class Denoiser:
             b_idx, a_idx = use.nonzero(as_tuple=True)
             hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
             logp = torch.zeros_like(logp)
-            logp[b_idx, a_idx] = self._token_logp(hidden[b_idx, a_idx - (1 if cfg.shifted else 0)],
-                                                  x[b_idx, a_idx], b_idx, a_idx - batch.span_at)[0]
+            logp[b_idx, a_idx] = self._token_logp(hidden[b_idx, a_idx - self._shift], x[b_idx, a_idx], b_idx,
+                                                  a_idx - batch.span_at)[0]
             n = 1
         total = (logp * use).sum(1)
         return total / use.sum(1).clamp_min(1), n
@@ -391,20 +430,16 @@ class Denoiser:
                 logits[n] = float("-inf")
                 logits[n, allowed] = keep
 
-    def _best_rows_first_step(self, b_idx, top_logp, batch: Batch) -> torch.Tensor | None:
+    @staticmethod
+    def _best_rows_first_step(b_idx, top_logp, owners: list[int]) -> torch.Tensor | None:
         """Per request, keep the candidate length whose first-step predictions are most confident."""
-        owners = self.alive
         best: dict[int, tuple[float, int]] = {}
-        for b in range(batch.B):
+        for b in range(len(owners)):
             sel = b_idx == b
             score = float(top_logp[sel].mean()) if bool(sel.any()) else -math.inf
             if owners[b] not in best or score > best[owners[b]][0]:
                 best[owners[b]] = (score, b)
-        keep = sorted(b for _, b in best.values())
-        if len(keep) == batch.B:
-            return None
-        self.alive = [owners[b] for b in keep]
-        return torch.tensor(keep, dtype=torch.long)
+        return _fewer({b for _, b in best.values()}, len(owners))
 
     def _commit_mask(self, b_idx, score, masked, step: int, max_steps: int, B: int) -> torch.Tensor:
         commit = torch.zeros_like(score, dtype=torch.bool)
@@ -424,21 +459,21 @@ class Denoiser:
             commit[rows[s.topk(k).indices]] = True
         return commit
 
-    def _defer_early_ends(self, c: Choice, b_idx, a_idx, masked) -> None:
+    def _defer_early_ends(self, picks: Picks, b_idx, a_idx, masked) -> None:
         """An end token may be committed only where nothing before it is still masked.
 
         Trailing padding is the easiest thing to predict, so without this a model that was
         trained with padded spans commits the padding first and then ends the span early.
         """
-        ended = torch.isin(c.tokens, self.ends_host)
+        ended = torch.isin(picks.tokens, self.ends_host)
         if not bool(ended.any()):
             return
         first_masked = torch.where(masked, torch.arange(masked.shape[1], device=masked.device),
                                    masked.shape[1]).min(1).values
         early = ended & (a_idx > first_masked[b_idx])
-        c.score[early] = -1.0  # below any threshold; still chosen if nothing else is (never: the first is eligible)
+        picks.score[early] = -1.0  # below any threshold; still chosen if nothing else is (never: the first is eligible)
 
-    def _outside_block(self, c: Choice, b_idx, a_idx, masked, span_at: int) -> None:
+    def _outside_block(self, picks: Picks, b_idx, a_idx, masked, span_at: int) -> None:
         """Semi-autoregressive blocks (LLaDA / Fast-dLLM): only the leftmost block that still
         has masks may be unmasked; the threshold decides how many of its tokens go per step."""
         n = self.scfg.block_size
@@ -446,7 +481,7 @@ class Denoiser:
         first = torch.where(masked, idx, masked.shape[1]).min(1).values  # first masked position per row
         block_start = span_at + (first - span_at) // n * n
         outside = a_idx >= block_start[b_idx] + n
-        c.score[outside] = -2.0  # never above the threshold, and below every in-block position
+        picks.score[outside] = -2.0  # never above the threshold, and below every in-block position
 
     def _stop_finished_units(self, x, masked, span_at: int) -> None:
         """Rows whose committed beginning already completes the unit end here: the rest is padding."""
@@ -476,6 +511,13 @@ class Denoiser:
             masked[b, later] = False
 
 
-def _select(kv: KVCache, keep: torch.Tensor) -> KVCache:
-    kv.select_rows(keep)
-    return kv
+def _span_positions(batch: Batch) -> torch.Tensor:
+    """[B, A] the active block's span positions that hold a token of the row (not padding)."""
+    span = torch.zeros_like(batch.act_valid)
+    span[:, batch.span_at:] = True
+    return span & batch.act_valid
+
+
+def _fewer(keep: set[int], B: int) -> torch.Tensor | None:
+    """The rows to keep as an ascending index, or None when that is every row."""
+    return None if len(keep) == B else torch.tensor(sorted(keep), dtype=torch.long)

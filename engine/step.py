@@ -17,7 +17,7 @@ fixed per (B rows, A active tokens, C context slots):
 
 That copy is the step's only host sync, and it stays: the unmask decision is host logic on
 those choices (threshold with at least one token per row, ends in order, blocks, the
-caller's stop rule on decoded text, streamed drafts), and the loop has to know whether
+caller's stop rule on decoded text, streamed previews), and the loop has to know whether
 anything is still masked before it launches the next step. Everything before it - ids in,
 every layer, the head - is one graph launch.
 

@@ -6,7 +6,9 @@ plain-PyTorch reference.
 - head_confidence: output head fused with the greedy choice and its confidence (max
   probability, margin, exp(-entropy), log-probability) without writing the logits.
 - backend: whether a device runs the kernels or the references (`backend.ops(device)`
-  hands the engine one or the other), and launch counters.
+  hands the engine one or the other); it imports the kernels, never the other way round.
+- launch: what every launcher shares (launch counters, the device's parallelism, output
+  buffers, operand checks); a leaf that the kernels import.
 
 Tensors in, tensors out; knows nothing of models, checkpoints or the engine. Importing this
 package never imports triton (the engine loads on machines without it): the op modules load
@@ -19,11 +21,11 @@ from __future__ import annotations
 
 import importlib
 
-from . import backend
+from . import backend, launch
 
 _OPS = ("span_attention", "head_confidence")
 
-__all__ = ["available", "backend", *_OPS]
+__all__ = ["available", "backend", "launch", *_OPS]
 
 
 def available() -> bool:

@@ -5,29 +5,21 @@ CUDA devices when it is installed; everything else uses the references. `REDRAFT
 overrides the choice for tests and benchmarks: `torch` forces the references, `triton` the
 kernels (on a CPU that needs `TRITON_INTERPRET=1`, Triton's NumPy interpreter).
 
-`launches` counts launcher calls per op, so a test can tell that the kernels really ran.
-Nothing here imports triton.
+Chooses and imports the kernels; they never import it (what every launcher shares, such as
+the launch counters, lives in launch.py). Nothing here imports triton until `ops` loads the
+kernel modules.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 ENV = "REDRAFT_KERNELS"
-
-launches: Counter[str] = Counter()
-
-
-def count(op: str) -> None:
-    launches[op] += 1
-
 
 def triton_installed() -> bool:
     try:
@@ -56,24 +48,6 @@ def use_triton(device: torch.device | str, choice: str | None = None) -> bool:
             raise RuntimeError(f"{ENV}=triton on a {device.type} device needs TRITON_INTERPRET=1")
         return True
     return device.type == "cuda" and triton_installed()
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def multiprocessors(device: torch.device) -> int:
-    """How many programs run at once: the SM count on CUDA; 2 under the interpreter, which
-    runs programs one after another, so small grids keep it fast."""
-    if device.type == "cuda":
-        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return 2
-
-
-def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Every buffer a launcher writes comes from here (tests swap in NaN-filled ones)."""
-    return torch.empty(shape, dtype=dtype, device=device)
 
 
 @dataclass(frozen=True)

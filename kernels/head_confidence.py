@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import backend
+from . import launch
 
 try:
     import triton
@@ -185,13 +185,7 @@ def _head_confidence_combine_kernel(
 
 def _check(hidden, weight, temperature, vocab_limit, banned,
            dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
-    for name, t in (("hidden", hidden), ("weight", weight)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D tensor, got {getattr(t, 'shape', type(t))}")
-        if t.dtype not in dtypes:
-            raise ValueError(f"{name} must be one of {', '.join(str(d)[6:] for d in dtypes)}, got {t.dtype}")
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension")
+    launch.check_operands({"hidden": hidden, "weight": weight}, 2, dtypes, "dimension")
     if hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden [N, E] = {tuple(hidden.shape)} and weight [V, E] = {tuple(weight.shape)} "
                          "must share E")
@@ -215,7 +209,7 @@ def _check(hidden, weight, temperature, vocab_limit, banned,
 
 def _slices(row_blocks: int, tiles: int, device: torch.device) -> int:
     """Vocabulary slices: enough programs for about two per multiprocessor."""
-    target = 2 * backend.multiprocessors(device)
+    target = 2 * launch.multiprocessors(device)
     return max(1, min(triton.cdiv(target, row_blocks), tiles, MAX_SLICES))
 
 
@@ -250,8 +244,8 @@ def head_confidence(hidden: torch.Tensor, weight: torch.Tensor, temperature: flo
     if banned is not None and banned.numel():
         allowed = torch.ones(V, dtype=torch.uint8, device=dev)
         allowed[banned] = 0
-    parts = backend.empty((N, n, N_STATS), torch.float32, dev)
-    part_ids = backend.empty((N, n), torch.int32, dev)
+    parts = launch.empty((N, n, N_STATS), torch.float32, dev)
+    part_ids = launch.empty((N, n), torch.int32, dev)
     tempered = float(temperature) != 1.0
     _head_confidence_kernel[(row_blocks * n,)](
         hidden, weight, allowed if allowed is not None else hidden, parts, part_ids,
@@ -261,9 +255,9 @@ def head_confidence(hidden: torch.Tensor, weight: torch.Tensor, temperature: flo
         BLOCK_N=BLOCK_N, BLOCK_V=BLOCK_V, BLOCK_E=BLOCK_E,
         num_warps=8 if BLOCK_N * BLOCK_V > 4096 else 4, num_stages=3,
     )
-    backend.count("head_confidence")
-    out = Confidence(backend.empty((N,), torch.int64, dev),
-                     *(backend.empty((N,), torch.float32, dev) for _ in range(4)))
+    launch.count("head_confidence")
+    out = Confidence(launch.empty((N,), torch.int64, dev),
+                     *(launch.empty((N,), torch.float32, dev) for _ in range(4)))
     BLOCK_S = max(2, triton.next_power_of_2(n))
     BLOCK_R = max(1, min(64, 4096 // BLOCK_S))  # a [BLOCK_R, BLOCK_S] tile per statistic
     _head_confidence_combine_kernel[(triton.cdiv(N, BLOCK_R),)](

@@ -21,7 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import backend
+from . import launch
 
 try:
     import triton
@@ -144,13 +144,7 @@ def _span_attention_combine_kernel(
 
 
 def _check(q, k, v, key_valid, dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D tensor, got {getattr(t, 'shape', type(t))}")
-        if t.dtype not in dtypes:
-            raise ValueError(f"{name} must be one of {', '.join(str(d)[6:] for d in dtypes)}, got {t.dtype}")
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last (head) dimension")
+    launch.check_operands({"q": q, "k": k, "v": v}, 4, dtypes, "(head) dimension")
     B, Hq, A, D = q.shape
     if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, Hkv, T, D] "
@@ -176,7 +170,7 @@ def _check(q, k, v, key_valid, dtypes=(torch.float16, torch.bfloat16, torch.floa
 
 def _chunks(work: int, key_tiles: int, device: torch.device) -> int:
     """How many key chunks: about two programs per multiprocessor, chunks not too short."""
-    target = 2 * backend.multiprocessors(device)
+    target = 2 * launch.multiprocessors(device)
     most = max(1, min(MAX_CHUNKS, key_tiles * BLOCK_N // MIN_KEYS_PER_CHUNK))
     return max(1, min(triton.cdiv(target, work), most))
 
@@ -212,7 +206,7 @@ def span_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     keys_per_chunk = triton.cdiv(key_tiles, n) * BLOCK_N
     n = triton.cdiv(T, keys_per_chunk)  # rounding may leave fewer, never empty, chunks
 
-    out = backend.empty((B, A, Hq, D), q.dtype, q.device).transpose(1, 2)
+    out = launch.empty((B, A, Hq, D), q.dtype, q.device).transpose(1, 2)
     if key_valid is not None:
         valid, s_valid = key_valid.contiguous().view(torch.uint8), T
     else:
@@ -221,9 +215,9 @@ def span_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if direct:
         po = pm = pl = out  # unused placeholders
     else:
-        po = backend.empty((B * Hq * A * n, BLOCK_D), torch.float32, q.device)
-        pm = backend.empty((B * Hq * A * n,), torch.float32, q.device)
-        pl = backend.empty((B * Hq * A * n,), torch.float32, q.device)
+        po = launch.empty((B * Hq * A * n, BLOCK_D), torch.float32, q.device)
+        pm = launch.empty((B * Hq * A * n,), torch.float32, q.device)
+        pl = launch.empty((B * Hq * A * n,), torch.float32, q.device)
     # Two warpgroups for 128 rows (or D = 256): 4 warps would need ~230 registers each (sm_90).
     warps = 8 if BLOCK_M * BLOCK_D >= 128 * 64 else 4
     _span_attention_kernel[(B * Hkv, m_blocks, n)](
@@ -234,7 +228,7 @@ def span_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         HAS_VALID=key_valid is not None, DIRECT=direct, IEEE=q.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=BLOCK_D, num_warps=warps, num_stages=3,
     )
-    backend.count("span_attention")
+    launch.count("span_attention")
     if not direct:
         rows = B * Hq * A
         BLOCK_R = 32

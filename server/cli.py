@@ -52,7 +52,22 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="log level on stderr (default WARNING)")
     sv.set_defaults(run=_serve)
+    _complete_parser(sub)
+    _eval_parser(sub)
 
+    tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (see README)",
+                        add_help=False)
+    tr.add_argument("step", choices=["corpus", "tokenizer", "model", "ship"], metavar="{corpus,tokenizer,model,ship}")
+    tr.add_argument("rest", nargs=argparse.REMAINDER)
+    tr.set_defaults(run=_train)
+
+    pl = sub.add_parser("pull", help="download a checkpoint from the Hugging Face Hub (safetensors only)")
+    pl.add_argument("repo_id", metavar="HF_ID")
+    pl.set_defaults(run=_pull)
+    return p
+
+
+def _complete_parser(sub) -> None:
     c = sub.add_parser("complete", help="complete the code at FILE:LINE:COL and print the text")
     c.add_argument("position", metavar="FILE:LINE:COL")
     _model_args(c)
@@ -67,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
     c.set_defaults(run=_complete)
 
+
+def _eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="offline evaluations of a model")
     ev.set_defaults(run=lambda _: (ev.print_help(), EXIT_USAGE)[1])
     tasks = ev.add_subparsers(metavar="TASK")
@@ -86,17 +103,6 @@ def _parser() -> argparse.ArgumentParser:
     ne.add_argument("--no-model", action="store_true", help="the proposals alone, without the model's judgement")
     ne.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ne.set_defaults(run=_eval_next_edit)
-
-    tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (see README)",
-                        add_help=False)
-    tr.add_argument("step", choices=["corpus", "tokenizer", "model", "ship"], metavar="{corpus,tokenizer,model,ship}")
-    tr.add_argument("rest", nargs=argparse.REMAINDER)
-    tr.set_defaults(run=_train)
-
-    pl = sub.add_parser("pull", help="download a checkpoint from the Hugging Face Hub (safetensors only)")
-    pl.add_argument("repo_id", metavar="HF_ID")
-    pl.set_defaults(run=_pull)
-    return p
 
 
 def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str) -> None:
@@ -146,44 +152,53 @@ def _load_engine(args):
 def _serve(args) -> int:
     import logging
 
-    from .settings import ServerConfig, parse
+    from .core.settings import ServerConfig, parse
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="redraft %(levelname)s %(name)s: %(message)s")
     if args.tcp is not None and not 0 < args.tcp < 65536:
         raise UserError(f"--tcp needs a port in 1..65535, got {args.tcp}")
     if args.http is None and (args.host is not None or args.token is not None):
         raise UserError("--host and --token apply to the HTTP API: add --http PORT")
-    if args.http is not None:
-        if args.tcp is not None:
-            raise UserError("--http and --tcp cannot be combined (use --stdio for LSP beside the HTTP API)")
-        if not 0 < args.http < 65536:
-            raise UserError(f"--http needs a port in 1..65535, got {args.http}")
-        import ipaddress
-        host = args.host or "127.0.0.1"
-        try:
-            local = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:  # a host name: it may resolve anywhere
-            local = False
-        if not local and not args.token:
-            raise UserError(f"refusing to serve HTTP on {host} without --token: anyone who reaches it could run "
-                            f"the model; pass --token TOKEN (clients send 'Authorization: Bearer TOKEN') or "
-                            f"bind 127.0.0.1")
+    host = _http_host(args) if args.http is not None else None
     config, problems = parse({"model": args.model, "device": args.device, "dtype": args.dtype}, ServerConfig())
     if problems:
         raise UserError("; ".join(problems))
     if args.http is None:
-        from .lsp import build_server
+        from .lsp.server import build_server
         server = build_server(config)
         if args.tcp is not None:
             server.start_tcp("127.0.0.1", args.tcp)
         else:
             server.start_io()
         return 0
-    # The HTTP API, alone (until Ctrl-C) or beside LSP on stdio (until the client exits); one
-    # Inference either way: one engine, one model in memory.
+    return _serve_http(args, config, host)
+
+
+def _http_host(args) -> str:
+    """The address the HTTP API binds, after checking the HTTP options."""
+    import ipaddress
+    if args.tcp is not None:
+        raise UserError("--http and --tcp cannot be combined (use --stdio for LSP beside the HTTP API)")
+    if not 0 < args.http < 65536:
+        raise UserError(f"--http needs a port in 1..65535, got {args.http}")
+    host = args.host or "127.0.0.1"
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        local = False
+    if not local and not args.token:
+        raise UserError(f"refusing to serve HTTP on {host} without --token: anyone who reaches it could run "
+                        f"the model; pass --token TOKEN (clients send 'Authorization: Bearer TOKEN') or "
+                        f"bind 127.0.0.1")
+    return host
+
+
+def _serve_http(args, config, host: str) -> int:
+    """The HTTP API, alone (until Ctrl-C) or beside LSP on stdio (until the client exits); one
+    Inference either way: one engine, one model in memory."""
     import threading
 
-    from .http import build_app, listen, make_server
-    from .inference import Inference
+    from .http.app import build_app, listen, make_server
+    from .core.inference import Inference
     try:
         sock = listen(host, args.http)
     except OSError as e:
@@ -198,7 +213,7 @@ def _serve(args) -> int:
                 raise UserError(error)
             server.run(sockets=[sock])
             return 0
-        from .lsp import build_server
+        from .lsp.server import build_server
         http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="redraft-http", daemon=True)
         http.start()
         try:
@@ -215,11 +230,9 @@ def _serve(args) -> int:
 def _complete(args) -> int:
     """What the server would show at FILE:LINE:COL: its snapshot, drafts, engine call and
     post-processing, on the file as it is on disk."""
-    from dataclasses import replace
-
-    from .context import Mode, own_drafts, text_snapshot
-    from .inference import Outcome, complete_from_drafts, run_engine
-    from .settings import ServerConfig, parse
+    from .core.context import own_drafts, text_snapshot
+    from .core.inference import answer as answer_snapshot
+    from .core.settings import ServerConfig, parse
 
     path, line, col = parse_position(args.position)
     try:
@@ -238,13 +251,9 @@ def _complete(args) -> int:
     snap, doc = text_snapshot(path.resolve().as_uri(), text, len(prefix), config, path=str(path))
     snap = own_drafts(snap, doc, config)
     engine = None if config.drafts == "only" else _load_engine(args)
-    if snap.mode is Mode.NONE:  # the server answers nothing here (mid-identifier, a string...)
-        answer = Outcome(None, False)
-    elif engine is not None:
-        engine.config = replace(engine.config, sampler=engine.config.sampler.with_(seed=args.seed))
-        answer = run_engine(engine, snap)
-    else:
-        answer = complete_from_drafts(snap)
+    if engine is not None:
+        engine.with_sampler(seed=args.seed)
+    answer = answer_snapshot(engine, snap)  # nothing where the server answers nothing (a string...)
     shown = "" if answer.edit is None else answer.edit.text
     if args.json:
         s = answer.stats
@@ -261,11 +270,9 @@ def _complete(args) -> int:
 
 
 def _eval_infill(args) -> int:
-    from dataclasses import replace
-
-    from .evaluation import format_table, parse_kinds, report, run
-    from .samples import load_sources
-    from .settings import ServerConfig
+    from .eval.infill import format_table, parse_kinds, report, run
+    from .eval.samples import load_sources
+    from .core.settings import ServerConfig
     try:
         kinds = parse_kinds(args.kinds)
     except ValueError as e:
@@ -281,7 +288,7 @@ def _eval_infill(args) -> int:
         raise UserError(f"{args.files}: no readable *.py files")
     engine = None if args.drafts == "only" else _load_engine(args)
     if engine is not None:
-        engine.config = replace(engine.config, sampler=engine.config.sampler.with_(seed=args.seed))
+        engine.with_sampler(seed=args.seed)
     outcomes = run(engine, sources, kinds, args.limit, args.seed, ServerConfig(drafts=args.drafts))
     rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
     print(json.dumps(rep, ensure_ascii=False) if args.json else format_table(rep))
@@ -289,9 +296,9 @@ def _eval_infill(args) -> int:
 
 
 def _eval_next_edit(args) -> int:
-    from .nextedit_eval import KINDS, run
-    from .samples import load_sources
-    from .settings import ServerConfig
+    from .eval.nextedit import KINDS, run
+    from .eval.samples import load_sources
+    from .core.settings import ServerConfig
     kinds = list(KINDS) if args.kinds is None else [k.strip() for k in args.kinds.split(",") if k.strip()]
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:

@@ -1,28 +1,45 @@
-"""Imports point down the layers only: server -> engine -> kernels."""
+"""Imports point down the layers only: server fronts -> server core -> engine -> kernels.
+
+Inside server/, the core (server/core) never imports a front end; the fronts (lsp, http,
+eval) import the core and never each other; cli.py sits on top and may import them all.
+"""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK = {"server": 2, "engine": 1, "kernels": 0}
+FRONTS = ("lsp", "http", "eval")
 
 
-def imported_layers(path: Path) -> set[str]:
+def imported_modules(path: Path) -> list[str]:
+    """Absolute dotted names of every module `path` imports (relative imports resolved
+    against its place in the tree, `redraft.` dropped)."""
+    package = list(path.relative_to(ROOT).parent.parts) if path.is_relative_to(ROOT) else []
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
-    out = set()
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+            else:
+                up = package[:len(package) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            # `from . import x` imports module x: count each imported name as a submodule too
+            names += [base] + ([f"{base}.{a.name}" for a in node.names] if node.level else [])
+    out = []
     for name in names:
         parts = name.split(".")
         if parts[0] == "redraft" and len(parts) > 1:
             parts = parts[1:]
-        if parts[0] in RANK:
-            out.add(parts[0])
+        out.append(".".join(parts))
     return out
+
+
+def imported_layers(path: Path) -> set[str]:
+    return {m.split(".")[0] for m in imported_modules(path) if m.split(".")[0] in RANK}
 
 
 def back_edges() -> list[str]:
@@ -35,14 +52,52 @@ def back_edges() -> list[str]:
     return bad
 
 
+def server_part(module: str) -> str | None:
+    """'server.lsp.session' -> 'lsp'; 'server.core.x' -> 'core'; 'server.cli' -> 'cli'."""
+    parts = module.split(".")
+    if parts[0] != "server" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def crossed_fronts() -> list[str]:
+    bad: list[str] = []
+    for path in sorted((ROOT / "server").rglob("*.py")):
+        here = server_part(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        for module in imported_modules(path):
+            there = server_part(module)
+            if there is None or there == here or here == "cli" or there == "__init__":
+                continue
+            if here in (None, "__init__") or here == "core" or (here in FRONTS and there != "core"):
+                line = f"{path.relative_to(ROOT)} imports server/{there}"
+                if line not in bad:
+                    bad.append(line)
+    return bad
+
+
 def test_no_import_points_up_the_layers():
     assert back_edges() == []
+
+
+def test_the_core_imports_no_front_and_fronts_not_each_other():
+    assert crossed_fronts() == []
+    for front in ("core", *FRONTS):
+        assert list((ROOT / "server" / front).glob("*.py")), f"server/{front} is missing"
 
 
 def test_the_scan_sees_a_back_edge(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from redraft.server.cli import main\nimport redraft.engine\n")
     assert imported_layers(probe) == {"server", "engine"}
+
+
+def test_the_scan_sees_a_front_importing_another():
+    probe = ROOT / "server" / "http" / "_probe_layers.py"
+    probe.write_text("from ..lsp import session\nfrom ..core import context\n")
+    try:
+        assert crossed_fronts() == ["server/http/_probe_layers.py imports server/lsp"]
+    finally:
+        probe.unlink()
 
 
 def test_engine_and_kernels_import_without_server_dependencies():

@@ -1,6 +1,6 @@
 """Training rows shaped like the job: a cursor, a removed middle, the model fills it.
 
-Every row is `extra <suf> suffix <pre> prefix <mid> span` (formats.py), cut from a file at
+Every row is `extra <suf> suffix <pre> prefix <mid> span` (engine/prompt.py), cut from a file at
 a character position, so spans start and end mid-token:
   rest_of_line  cursor mid-line, the rest of the line removed
   lines         1-3 whole lines from the start of a line or its indentation
@@ -9,7 +9,7 @@ a character position, so spans start and end mid-token:
   rename        an identifier renamed at one line (shown in an edit-history header); the
                 middle is a later line with the same identifier, to be renamed likewise
 The autoregressive twin reads the middle then <|endoftext|>; the diffusion model reads a
-span of the middle, <|endoftext|>, and padding, partly masked (masks.py).
+span of the middle, <|endoftext|>, and padding, partly masked (train.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from .formats import END, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, render_history
+from ..prompt import END, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, render_history
 
 KINDS = (("rest_of_line", 0.35), ("lines", 0.2), ("block", 0.15), ("chars", 0.2), ("rename", 0.1))
 IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
@@ -131,14 +131,16 @@ def _new_name(old: str, rng: random.Random, others: list[str]) -> str:
 
 
 @dataclass
-class Row:
+class EncodedExample:
+    """An example as one row of token ids."""
+
     ids: list[int]  # whole row, no padding
     span_at: int  # index of the first span token (the token before it is <|fim_middle|>)
     middle: int  # number of true middle tokens
     span: int  # span length including the end token and padding
 
 
-def encode_example(ex: Example, tok, T: int, rng: random.Random, *, pad_span: bool) -> Row:
+def encode_example(ex: Example, tok, T: int, rng: random.Random, *, pad_span: bool) -> EncodedExample:
     """Tokenize into one row of at most T tokens; `pad_span` adds padding after the end token."""
     tid = tok.token_to_id
     enc = lambda s: tok.encode(s, add_special_tokens=False).ids if s else []
@@ -152,4 +154,4 @@ def encode_example(ex: Example, tok, T: int, rng: random.Random, *, pad_span: bo
     room = T - len(span) - len(extra) - len(suffix) - 3
     prefix = enc(ex.prefix)[-room:] if room > 0 else []
     ids = extra + [tid(FIM_SUFFIX)] + suffix + [tid(FIM_PREFIX)] + prefix + [tid(FIM_MIDDLE)]
-    return Row(ids + span, len(ids), len(middle), len(span))
+    return EncodedExample(ids + span, len(ids), len(middle), len(span))

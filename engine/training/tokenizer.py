@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from .formats import SPECIAL_TOKENS
+from ..prompt import END, MASK, SPECIAL_TOKENS
 
 # GPT-2's split, except that runs of spaces/tabs stay together (indentation) and a
 # newline keeps the indentation that follows it.
@@ -38,7 +38,6 @@ def train_tokenizer(texts, vocab_size: int = 12288) -> Tokenizer:
 
 def save_tokenizer(tok: Tokenizer, folder: Path) -> None:
     import json
-    from .formats import END, MASK
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps(

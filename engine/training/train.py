@@ -36,7 +36,7 @@ from ..config import ModelConfig
 from ..model import DiffusionLM
 from .corpus import read_split
 from .examples import encode_example, sample_example
-from .formats import END, MASK, model_config
+from ..prompt import END, LAYOUT, MASK, SEGMENT_TOKENS
 
 SHAPE = dict(vocab_size=12288, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
              num_attention_heads=8, num_key_value_heads=4, head_dim=32, rms_norm_eps=1e-6,
@@ -146,6 +146,26 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def model_config(shape: dict, tokenizer, *, causal: bool) -> dict:
+    """config.json for a redraft-format checkpoint of the given shape."""
+    tid = tokenizer.token_to_id
+    return {
+        "model_type": "redraft",
+        "architectures": ["RedraftForMaskedDiffusion" if not causal else "RedraftForCausalLM"],
+        **shape,
+        "attention_bias": False,
+        "tie_word_embeddings": True,
+        "shifted": True,
+        "attention_pattern": "causal" if causal else "context_causal",
+        "layout": LAYOUT,
+        "segment_tokens": SEGMENT_TOKENS,
+        "mask_token_id": tid(MASK),
+        "pad_token_id": tid(END),
+        "eos_token_id": tid(END),
+        "bos_token_id": tid(END),
+    }
+
+
 def save_state(folder: Path, model, opt, step: int, log: list, meta: dict, tok_dir: Path) -> None:
     """A resumable checkpoint: a redraft-format model folder plus optimizer tensors."""
     cfg = model_config(meta["shape"], _tok(tok_dir), causal=meta["objective"] == "ar")
@@ -213,24 +233,13 @@ def train(args) -> Path:
     if args.init:
         model.load_state_dict(load_file(str(Path(args.init) / "model.safetensors")), strict=False)
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
-    rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), fused=False)
+    opt = optimizer(model, args.lr)
     out = Path(args.out)
     step, log = 0, []
     if args.resume and (out / "last" / "train_state.json").is_file():
         step, log = load_state(out / "last", model, opt)
         print(f"resumed at step {step}", file=sys.stderr)
-    diffusion = args.objective == "diffusion"
-    corpus = Path(args.corpus)
-    if args.context_ar and (not diffusion or args.attention != "context_causal"):
-        raise SystemExit("--context-ar needs --objective diffusion with --attention context_causal")
-    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar)
-    # Validation loss without the context term, so runs with and without it compare.
-    valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion)
-    valid_batches = [dict(valid.batch(10_000_000 + i), full=args.attention == "full")
-                     for i in range(args.valid_batches)]
+    rows, valid_batches = data(args, tok)
     meta = {"objective": args.objective, "seq": args.seq, "batch": args.batch, "lr": args.lr, "seed": args.seed,
             "init": args.init, "steps": args.steps, "shape": shape, "attention": args.attention,
             "context_ar": args.context_ar}
@@ -241,16 +250,9 @@ def train(args) -> Path:
     while step < until:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        batch = rows.batch(step)
-        batch["full"] = args.attention == "full"
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = loss_of(model, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, dict(rows.batch(step), full=args.attention == "full"))
         step += 1
-        entry = {"step": step, "loss": round(float(loss.detach()), 4), "tokens": step * args.batch * args.seq,
+        entry = {"step": step, "loss": round(loss, 4), "tokens": step * args.batch * args.seq,
                  "seconds": round(time.time() - started, 1)}
         if step % args.eval_every == 0 or step == args.steps:
             entry["valid"] = round(evaluate(model, valid_batches), 4)
@@ -265,6 +267,37 @@ def train(args) -> Path:
     bar.close()
     plot(log, out / "loss.png", args.objective)
     return out / "last"
+
+
+def optimizer(model: DiffusionLM, lr: float) -> torch.optim.Optimizer:
+    """AdamW, weight decay on matrices only."""
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), fused=False)
+
+
+def data(args, tok) -> tuple[Rows, list[dict]]:
+    """The training stream and the fixed validation batches."""
+    diffusion = args.objective == "diffusion"
+    corpus = Path(args.corpus)
+    if args.context_ar and (not diffusion or args.attention != "context_causal"):
+        raise SystemExit("--context-ar needs --objective diffusion with --attention context_causal")
+    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar)
+    # Validation loss without the context term, so runs with and without it compare.
+    valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion)
+    return rows, [dict(valid.batch(10_000_000 + i), full=args.attention == "full") for i in range(args.valid_batches)]
+
+
+def train_step(model: DiffusionLM, opt: torch.optim.Optimizer, batch: dict) -> float:
+    """One optimizer step on `batch` (bf16 autocast, gradients clipped at 1); returns the loss."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_of(model, batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
 
 
 @torch.no_grad()

@@ -24,11 +24,11 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from redraft.server import drafts
-from redraft.server.document import split_lines, utf8_len
-from redraft.server.drafts import (DraftIndex, DraftSource, lookup, recent_source, syntactic_kind,
+from redraft.server.core import drafts
+from redraft.server.core.document import split_lines, utf8_len
+from redraft.server.core.drafts import (DraftIndex, DraftSource, lookup, recent_source, syntactic_kind,
                                    tree_kind_at)
-from redraft.server.languages import new_parser, syntax_for
+from redraft.server.core.languages import new_parser, syntax_for
 
 FILES = ["argparse", "subprocess", "dataclasses", "typing", "enum", "inspect"]
 OPEN = ["configparser", "textwrap"]

@@ -38,10 +38,10 @@ import httpx
 import numpy as np
 
 from redraft.engine import CancelFlag
-from redraft.server import templates
-from redraft.server.http import fim_snapshot, rewrite
-from redraft.server.inference import Inference, run_engine
-from redraft.server.settings import ServerConfig
+from redraft.server.http import templates
+from redraft.server.http.engine import fim_snapshot, rewrite
+from redraft.server.core.inference import Inference, run_engine
+from redraft.server.core.settings import ServerConfig
 
 ZED_OLLAMA_STOPS = ["<|endoftext|>", "<|file_separator|>", "<|fim_pad|>", "<|fim_prefix|>", "<|fim_middle|>",
                     "<|fim_suffix|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<PRE>", "<SUF>", "<MID>",

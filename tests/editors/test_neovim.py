@@ -217,10 +217,15 @@ class Editor:
         (folder / "redraft_test_harness.lua").write_text(HARNESS)
 
     def options(self, **over) -> dict:
-        init_options = {"drafts": "only", "editMargin": -100, "lineTokens": 6, "blockTokens": 10,
-                        "contextTokens": 256, **over.pop("init_options", {})}
-        return {"cmd": [sys.executable, "-m", "redraft.server.cli", "serve", "--model", str(self.model),
-                        "--dtype", "float32"], "init_options": init_options, **over}
+        """The setup() options: the server on the tiny model, the test's init_options over the
+        ones above (`init_options=None`: none at all, as a user who sets nothing)."""
+        options = {"cmd": [sys.executable, "-m", "redraft.server.cli", "serve", "--model", str(self.model),
+                           "--dtype", "float32"]}
+        init_options = over.pop("init_options", {})
+        if init_options is not None:
+            options["init_options"] = {"drafts": "only", "editMargin": -100, "lineTokens": 6, "blockTokens": 10,
+                                       "contextTokens": 256, **init_options}
+        return {**options, **over}
 
     def write_init(self, before: str = "", **over) -> Path:
         """The init.lua: the plugin set up with the test options over `self.options()`; `before`
@@ -474,3 +479,29 @@ def test_checkhealth_command_and_the_mappings_keys_fall_back_to(editor: Editor):
     assert "OK server command found" in report and sys.executable in report
     assert "attached to 1 buffer(s)" in report and "model: tiny" in report
     assert "ERROR" not in report
+
+
+# Ahead of setup(): keeps what the server says in window/showMessage and window/logMessage.
+RECORD_MESSAGES = '''
+  _G.server_messages = {}
+  for _, method in ipairs({ "window/showMessage", "window/logMessage" }) do
+    vim.lsp.handlers[method] = function(_, result)
+      table.insert(_G.server_messages, result.message)
+    end
+  end
+'''
+
+
+@pytest.mark.parametrize("init_options, bad", [(None, None), ({"bogus": 1}, "'bogus'")],
+                         ids=["no-settings", "a-bad-setting"])
+def test_settings_problems_the_server_reports_on_start(editor: Editor, init_options, bad):
+    """A user who sets nothing gets no complaint (an empty Lua table must reach the server as an
+    object, not a list); a bad setting does get one, so the capture is known to work."""
+    r = editor.run('''
+      H.out.messages = _G.server_messages
+    ''', "compute.py", COMPUTE, init_options=init_options, before=RECORD_MESSAGES)
+    problems = [m for m in r["messages"] if "invalid settings" in m]
+    if bad is None:
+        assert problems == [], problems
+    else:
+        assert problems and all(bad in m for m in problems), r["messages"]

@@ -65,15 +65,15 @@ def test_refresh_every_step_equals_full_recomputation(engines, family, threshold
 
 
 @pytest.mark.parametrize("family", ["dream", "llada", "redraft"])
-def test_drafts_in_order_and_invariants(engines, family):
+def test_previews_in_order_and_invariants(engines, family):
     engine = engines[family]
-    drafts = []
-    out = engine.infill(*PROMPTS[0], sampler=GREEDY.with_(threshold=0.5), on_draft=drafts.append)
-    assert [d.step for d in drafts] == list(range(1, len(drafts) + 1))
-    assert len(drafts) == out.stats.steps == out.stats.forwards
-    masked = [d.masked for d in drafts]
+    previews = []
+    out = engine.infill(*PROMPTS[0], sampler=GREEDY.with_(threshold=0.5), on_preview=previews.append)
+    assert [p.step for p in previews] == list(range(1, len(previews) + 1))
+    assert len(previews) == out.stats.steps == out.stats.forwards
+    masked = [p.masked for p in previews]
     assert masked == sorted(masked, reverse=True) and masked[-1] == 0
-    assert drafts[-1].text == out.text
+    assert previews[-1].text == out.text
     assert engine.model_config.mask_token_id not in out.token_ids
     assert out.stats.context_tokens > 0 and out.stats.encode_ms > 0
 
@@ -96,19 +96,19 @@ def test_context_and_anchor_untouched(engines, family):
 @pytest.mark.parametrize("family", ["dream", "redraft", "redraft-ar"])
 def test_cancel_stops_within_one_step(engines, family):
     engine = engines[family]
-    flag, drafts = CancelFlag(), []
+    flag, previews = CancelFlag(), []
 
-    def on_draft(d):
-        drafts.append(d)
+    def on_preview(p):
+        previews.append(p)
         flag.cancel()
 
     with pytest.raises(Cancelled):
-        engine.infill(*PROMPTS[1], sampler=GREEDY.with_(threshold=1.0), on_draft=on_draft, cancel=flag)
-    assert len(drafts) == 1
-    drafts.clear()
+        engine.infill(*PROMPTS[1], sampler=GREEDY.with_(threshold=1.0), on_preview=on_preview, cancel=flag)
+    assert len(previews) == 1
+    previews.clear()
     with pytest.raises(Cancelled):
-        engine.infill(*PROMPTS[1], sampler=GREEDY, on_draft=drafts.append, cancel=flag)
-    assert drafts == []
+        engine.infill(*PROMPTS[1], sampler=GREEDY, on_preview=previews.append, cancel=flag)
+    assert previews == []
 
 
 @pytest.mark.parametrize("family", ["dream", "redraft", "redraft-ar"])
@@ -241,3 +241,23 @@ def test_stop_ends_a_diffusion_span_once_its_beginning_completes_the_unit(engine
     out = engine.infill(*PROMPTS[0], sampler=scfg, stop=lambda text: seen.append(text) or len(text) > 0)
     assert out.stats.steps == 1 and len(out.token_ids) <= 1
     assert engine.infill(*PROMPTS[0], sampler=scfg).stats.steps == 8
+
+
+@pytest.mark.parametrize("family", ["dream", "redraft", "redraft-ar"])
+def test_info_says_what_the_engine_is_and_can_do(engines, family):
+    engine = engines[family]
+    info = engine.info()
+    assert info.name == engine.name and info.dtype == "float32" and info.device == "cpu"
+    assert info.parameters == sum(p.numel() for p in engine.model.parameters())
+    assert info.scores_edits == (family != "redraft-ar")  # only models that are not causal score alternatives
+    assert engine.info() is info
+
+
+def test_with_sampler_changes_the_default_settings_in_place(engines):
+    base = engines["redraft"]
+    engine = Engine(base.model, base.tokenizer, base.config, name="copy")
+    assert engine.sampler == base.config.sampler
+    new = engine.with_sampler(seed=5, temperature=1.0, span=8)
+    assert engine.sampler == new == base.sampler.with_(seed=5, temperature=1.0, span=8)
+    assert base.sampler.seed == 0 and base.sampler.temperature == 0.0
+    assert engine.infill(*PROMPTS[2]).token_ids == base.infill(*PROMPTS[2], sampler=new).token_ids

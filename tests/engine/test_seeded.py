@@ -7,7 +7,7 @@ judge visible draft tokens); the mechanics run on tiny random checkpoints of eac
 import pytest
 
 import tiny
-from redraft.engine import Engine, SamplerConfig
+from redraft.engine import Engine, InfillRequest, SamplerConfig
 
 # An `except` clause with the class name half typed: the model is sure how it ends.
 PREFIX = "def load(registry, name):\n    try:\n        return registry[name]\n    except KeyErr"
@@ -42,6 +42,19 @@ def test_the_first_whole_draft_wins_and_drafts_propose_their_length(shipped):
     scfg = shipped.config.sampler.with_(span=8, **SURE)
     out = shipped.infill(PREFIX, SUFFIX, drafts=["or;", "or:", "or: pass"], sampler=scfg)
     assert out.text == "or:" and out.stats.draft == 1 and out.stats.drafts == 3 and out.length == 3
+
+
+@pytest.mark.parametrize("beside", [False, True])
+def test_first_step_length_choice_keeps_each_rows_draft_counts(shipped, beside):
+    """Candidate lengths pruned after the first step: the winning draft row still reports the
+    draft tokens it kept (and a plain row none), alone or beside another request."""
+    scfg = shipped.config.sampler.with_(lengths=(4, 8, 16), length_choice="first_step", **SURE)
+    requests = [InfillRequest(PREFIX, SUFFIX, drafts=("or;",))] + [InfillRequest(PREFIX, SUFFIX)] * beside
+    out = shipped.infill_batch(requests, sampler=scfg)
+    assert out[0].text == "or:" and out[0].stats.rows == 4 + 3 * beside
+    assert out[0].stats.draft == 0 and out[0].stats.draft_kept == 2  # "Error" and the end, as with one length
+    if beside:
+        assert out[1].stats.draft == -1 and out[1].stats.draft_kept == 0
 
 
 def test_abstains_when_every_candidate_is_unlikely(shipped):
@@ -103,3 +116,18 @@ def test_drafts_start_with_a_token_healing_allows(shipped, healed, text, first):
     tok = shipped.tokenizer
     ids = tok.encode_healed(healed, text)
     assert tok.strings()[ids[0]] == first and tok.decode(ids) == healed + text
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+def test_a_whole_draft_leaves_the_other_requests_of_a_batch_alone(engines, family):
+    """A request answered by a whole draft drops its other rows before the first step; the
+    other requests of the batch (full attention: their first step reads the encoding pass)
+    denoise exactly as they would alone."""
+    engine = engines[family]
+    scfg = SamplerConfig(span=8, heal=False, draft_keep=0.0)  # draft_keep 0: every draft is kept whole
+    prompts = [("for i in range(", "):\n    print(i)\n"), ("items = [1, 2, 3]\ntotal = ", "\nname = 'x'\n")]
+    alone = [engine.infill(p, s, sampler=scfg, cache_key=f"alone{i}").token_ids for i, (p, s) in enumerate(prompts)]
+    drafted = InfillRequest("def add(a, b):\n    return ", "\n", drafts=("a + b",))
+    out = engine.infill_batch([drafted] + [InfillRequest(p, s) for p, s in prompts], sampler=scfg)
+    assert out[0].text == "a + b" and out[0].stats.draft == 0
+    assert [c.token_ids for c in out[1:]] == alone

@@ -51,3 +51,9 @@ def test_contexts_stay_within_the_trained_positions(engine):
     out = engine.infill(long_prefix, "\n" * 50 + "x = 1\n", sampler=engine.config.sampler.with_(span=16))
     assert out.stats.context_tokens + 16 <= trained
     assert engine.context_budget(16) + 16 < trained
+
+
+def test_info_describes_the_shipped_model(engine):
+    info = engine.info()
+    assert info.name == engine.name and info.dtype == "bfloat16" and 8e6 < info.parameters < 20e6
+    assert info.scores_edits == (engine.name == "redraft-diffusion")

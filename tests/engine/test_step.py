@@ -48,12 +48,12 @@ def test_static_step_gives_the_dynamic_tokens(engines, family, sampler):
                 assert runs(static) > before, "the static step did not run"
 
 
-def test_streamed_drafts_and_stop_rule_see_the_same_steps(engines):
+def test_streamed_previews_and_stop_rule_see_the_same_steps(engines):
     plain, static = engines["redraft"], static_twin(engines["redraft"])
     seen = {"plain": [], "static": []}
     for name, e in (("plain", plain), ("static", static)):
         out = e.infill("def add(a, b):\n    return ", "\n", sampler=GREEDY.with_(span=12, threshold=1.0, block_size=1),
-                       on_draft=lambda d, name=name: seen[name].append((d.step, d.text, d.masked)),
+                       on_preview=lambda p, name=name: seen[name].append((p.step, p.text, p.masked)),
                        stop=lambda text: len(text) >= 8, cache_key=name)
         seen[name].append(out.text)
     assert seen["plain"] == seen["static"] and len(seen["plain"]) > 2

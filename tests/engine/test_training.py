@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from redraft.engine import Engine
-from redraft.engine.training import corpus, examples, formats, tokenizer, train
+from redraft.engine import Engine, prompt
+from redraft.engine.training import corpus, examples, tokenizer, train
 
 TINY_SHAPE = json.dumps(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                              num_key_value_heads=2, head_dim=16))
@@ -34,7 +34,7 @@ def test_tokenizer_round_trips_code_exactly(tiny_corpus):
     for text in ["def f(x):\n\treturn x  \n", "s = 'héllo wörld ✓ 😀'\r\n", "    \n\n\t\t# trailing   ",
                  "x=1;y=2\n" * 3, "".join(chr(c) for c in range(32, 600))]:
         assert tok.decode(tok.encode(text).ids) == text
-    for special in formats.SPECIAL_TOKENS:
+    for special in prompt.SPECIAL_TOKENS:
         assert tok.encode(special).ids == [tok.token_to_id(special)]
 
 
@@ -48,8 +48,8 @@ def test_examples_cut_the_text_at_characters(tiny_corpus):
             continue
         kinds.add(ex.kind)
         if ex.kind == "rename":
-            assert ex.extra.startswith(formats.HISTORY) and ex.extra.endswith(formats.FILE_SEP)
-            old = ex.extra.split("\n")[0][len(formats.HISTORY) + 1:]
+            assert ex.extra.startswith(prompt.HISTORY) and ex.extra.endswith(prompt.FILE_SEP)
+            old = ex.extra.split("\n")[0][len(prompt.HISTORY) + 1:]
             new = ex.extra.split("\n")[1][1:]
             assert old != new
         else:
@@ -57,15 +57,31 @@ def test_examples_cut_the_text_at_characters(tiny_corpus):
     assert kinds == {k for k, _ in examples.KINDS}
 
 
+def test_rename_rows_carry_the_engines_history_block(tiny_corpus):
+    """Training sees edit history exactly as serving renders it: the extra segment of a rename
+    row is prompt.render_history of the event (the line as it was, the line renamed)."""
+    text = corpus.read_split(tiny_corpus, "train")[0]["text"]
+    lines = text.splitlines()
+    rng = random.Random(0)
+    renames = [ex for ex in (examples.sample_example(text, rng) for _ in range(300))
+               if ex is not None and ex.kind == "rename"]
+    assert len(renames) >= 5
+    for ex in renames:
+        before = ex.extra[len(prompt.HISTORY):].split("\n")[0][1:]
+        after = ex.extra.split("\n")[1][1:]
+        assert before in lines and after != before
+        assert ex.extra == prompt.render_history([(before, after)])
+
+
 def test_diffusion_rows_mask_only_the_span(tiny_corpus):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(tiny_corpus / "tok" / "tokenizer.json"))
     rows = train.Rows(corpus.read_split(tiny_corpus, "train"), tok, 128, 8, 0, diffusion=True)
     b = rows.batch(0)
-    mask_id = tok.token_to_id(formats.MASK)
+    mask_id = tok.token_to_id(prompt.MASK)
     for i in range(8):
         c, s = int(b["ctx"][i]), int(b["stop"][i])
-        assert b["ids"][i, c] == tok.token_to_id(formats.FIM_MIDDLE)
+        assert b["ids"][i, c] == tok.token_to_id(prompt.FIM_MIDDLE)
         assert not bool((b["ids"][i, :c] == mask_id).any())
         assert bool((b["weight"][i, c:s - 1] > 0).any()) or not bool((b["ids"][i, c + 1:s] == mask_id).any())
         assert not bool((b["weight"][i, :c] > 0).any())

@@ -20,10 +20,10 @@ def device(request) -> str:
 @pytest.fixture
 def poison(monkeypatch):
     """Launcher buffers start as NaN (floats) or a sentinel (ints), so unwritten elements show."""
-    from redraft.kernels import backend
+    from redraft.kernels import launch
 
     def empty(shape, dtype, device):
         fill = float("nan") if dtype.is_floating_point else -7
         return torch.full(shape, fill, dtype=dtype, device=device)
 
-    monkeypatch.setattr(backend, "empty", empty)
+    monkeypatch.setattr(launch, "empty", empty)

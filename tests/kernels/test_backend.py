@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from redraft.kernels import backend
+from redraft.kernels import backend, launch
 
 
 def test_importing_the_package_never_imports_triton():
@@ -60,6 +60,29 @@ def test_use_triton_follows_the_device_and_the_override(monkeypatch):
 
 
 def test_counters_count():
-    before = backend.launches["probe"]
-    backend.count("probe")
-    assert backend.launches["probe"] == before + 1
+    before = launch.launches["probe"]
+    launch.count("probe")
+    assert launch.launches["probe"] == before + 1
+
+
+def test_imports_point_one_way():
+    """backend chooses and imports the kernels; the kernels share launch, a leaf, and never
+    import backend."""
+    import ast
+    from pathlib import Path
+    folder = Path(launch.__file__).parent
+
+    def package_imports(name: str) -> set[str]:
+        tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                found |= {a.name for a in node.names} if node.module is None else {node.module}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("redraft"):
+                found.add(node.module.split(".")[-1])
+        return found
+
+    assert package_imports("launch") == set()
+    for op in ("span_attention", "head_confidence"):
+        assert package_imports(op) == {"launch"}, op
+    assert {"span_attention", "head_confidence"} <= package_imports("backend")

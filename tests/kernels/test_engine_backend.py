@@ -9,7 +9,7 @@ from tolerances import DEVICE, ON_GPU
 
 import tiny
 from redraft.engine import Engine, EngineConfig, SamplerConfig
-from redraft.kernels import backend
+from redraft.kernels import backend, launch
 
 pytest.importorskip("triton")
 
@@ -27,13 +27,13 @@ def test_same_tokens_on_both_backends(tmp_path, family, steps):
     fast = Engine.load(folder, device=DEVICE, dtype=dtype, config=EngineConfig(kernels="triton", step_graphs=steps))
     assert plain.kernels is None and fast.kernels is not None and fast.kernels.triton
     scfg = SamplerConfig(span=5, heal=False)  # greedy, no healing constraint: the fused head runs
-    before = dict(backend.launches)
+    before = dict(launch.launches)
     for prefix, suffix in PROMPTS:
         a = plain.infill(prefix, suffix, sampler=scfg)
         b = fast.infill(prefix, suffix, sampler=scfg)
         assert a.token_ids == b.token_ids, (prefix, a.text, b.text)
     for op in ("span_attention", "head_confidence"):
-        assert backend.launches[op] > before.get(op, 0), op
+        assert launch.launches[op] > before.get(op, 0), op
     if steps == "on":
         assert sum(s.runs for s in fast.steps._steps.values()) > 0
 

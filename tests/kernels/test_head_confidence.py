@@ -12,7 +12,7 @@ from tolerances import DTYPES, TIE_GAP, assert_close
 
 pytest.importorskip("triton", reason="the kernels need triton (pip install 'redraft[gpu]')")
 
-from redraft.kernels import backend  # noqa: E402
+from redraft.kernels import launch  # noqa: E402
 from redraft.kernels.head_confidence import head_confidence, head_confidence_ref  # noqa: E402
 
 SCORES = ("prob", "margin", "exp_neg_entropy", "logp")
@@ -59,9 +59,9 @@ def test_matches_full_logits(case, dtype, device, poison):
     N, E, V, temperature, vocab_limit, banned, slices = case
     hidden, weight = make(N, E, V, dtype, device)
     banned = None if banned is None else torch.tensor(banned, device=device)
-    before = backend.launches["head_confidence"]
+    before = launch.launches["head_confidence"]
     out = head_confidence(hidden, weight, temperature, vocab_limit, banned, slices=slices)
-    assert backend.launches["head_confidence"] == before + 1
+    assert launch.launches["head_confidence"] == before + 1
     check(out, hidden, weight, temperature, vocab_limit, banned, dtype, str(case))
 
 

@@ -12,7 +12,7 @@ from tolerances import DTYPES, assert_close
 
 pytest.importorskip("triton", reason="the kernels need triton (pip install 'redraft[gpu]')")
 
-from redraft.kernels import backend  # noqa: E402
+from redraft.kernels import launch  # noqa: E402
 from redraft.kernels.span_attention import span_attention, span_attention_ref  # noqa: E402
 
 # B, Hq, Hkv, A, T, D, chunks (None: the launcher's choice), padded context, strided inputs
@@ -61,9 +61,9 @@ def reference(q, k, v, valid, scale=None):
 def test_matches_sdpa(case, dtype, device, poison):
     B, Hq, Hkv, A, T, D, chunks, padded, strided = case
     q, k, v, valid = make(B, Hq, Hkv, A, T, D, padded, strided, dtype, device)
-    before = backend.launches["span_attention"]
+    before = launch.launches["span_attention"]
     out = span_attention(q, k, v, valid, chunks=chunks)
-    assert backend.launches["span_attention"] == before + 1
+    assert launch.launches["span_attention"] == before + 1
     assert out.shape == (B, Hq, A, D) and out.dtype == dtype and out.device == q.device
     assert_close(out, reference(q, k, v, valid), "span_attention", dtype, str(case))
 

@@ -3,7 +3,7 @@
  * vscode-languageclient, which registers the LSP inline completion provider itself; adds
  * next-edit suggestions (nextEditView), accept next word / line, a status bar item, the
  * settings as `initializationOptions` (re-sent on change) and an optional live view of the
- * denoising drafts. All prediction logic lives in the server.
+ * text after each denoising step (previews). All prediction logic lives in the server.
  */
 
 import * as vscode from "vscode";
@@ -15,9 +15,9 @@ import {
   State,
   TransportKind,
 } from "vscode-languageclient/node";
-import { formatDraft, parseDraft } from "./drafts";
 import { NextEdit } from "./nextEdits";
 import { NextEditView } from "./nextEditView";
+import { formatPreview, parsePreview } from "./previews";
 import { languageEnabled, needsRestart, readSettings, serverOptions, Settings } from "./settings";
 import { parseStats, statusText, statusTooltip, StatusState } from "./status";
 
@@ -30,7 +30,7 @@ class Extension implements vscode.Disposable {
   private settings: Settings;
   private client: LanguageClient | undefined;
   private readonly log = vscode.window.createOutputChannel("redraft", { log: true });
-  private draftsChannel: vscode.OutputChannel | undefined;
+  private previewsChannel: vscode.OutputChannel | undefined;
   private readonly item = vscode.window.createStatusBarItem("redraft.status", vscode.StatusBarAlignment.Right, 100);
   private readonly state: StatusState = { enabled: true, server: "starting" };
   private readonly nextEdits: NextEditView;
@@ -116,9 +116,9 @@ class Extension implements vscode.Disposable {
       this.render();
       if (e.newState === State.Running) this.refreshStats(500); // (also after a restart)
     });
-    client.onNotification("redraft/draft", (params: unknown) => {
-      const draft = parseDraft(params);
-      if (draft && this.settings.showDrafts) this.drafts().appendLine(formatDraft(draft));
+    client.onNotification("redraft/preview", (params: unknown) => {
+      const preview = parsePreview(params);
+      if (preview && this.settings.showPreviews) this.previews().appendLine(formatPreview(preview));
     });
     this.state.server = "starting";
     this.state.stats = undefined;
@@ -153,7 +153,7 @@ class Extension implements vscode.Disposable {
     this.settings = this.read();
     this.state.enabled = this.settings.enabled;
     if (!this.settings.enabled || !this.settings.nextEdit) this.nextEdits.clear();
-    if (this.settings.showDrafts && !old.showDrafts) this.drafts().show(true);
+    if (this.settings.showPreviews && !old.showPreviews) this.previews().show(true);
     this.render();
     if (needsRestart(old, this.settings)) return this.restart();
     await this.running()?.sendNotification(DidChangeConfigurationNotification.type,
@@ -172,8 +172,8 @@ class Extension implements vscode.Disposable {
     void this.running()?.sendNotification(DID_PARTIALLY_ACCEPT, { kind });
   }
 
-  private drafts(): vscode.OutputChannel {
-    return (this.draftsChannel ??= vscode.window.createOutputChannel("redraft drafts"));
+  private previews(): vscode.OutputChannel {
+    return (this.previewsChannel ??= vscode.window.createOutputChannel("redraft previews"));
   }
 
   /** Ask `redraft/stats` after `delay` ms; again every 2 s until the model has loaded. */
@@ -209,7 +209,7 @@ class Extension implements vscode.Disposable {
 
   dispose(): void {
     if (this.statsTimer) clearTimeout(this.statsTimer);
-    this.draftsChannel?.dispose();
+    this.previewsChannel?.dispose();
     for (const d of this.disposables) d.dispose();
   }
 }

@@ -23,8 +23,8 @@ export interface Settings {
   drafts: Drafts;
   maxLines: number;
   nextEdit: boolean; // next-edit suggestions (computed ahead by the server, shown here)
-  streamDrafts: boolean; // ask the server for `redraft/draft` notifications
-  showDrafts: boolean; // show those drafts in the "redraft drafts" output channel
+  streamPreviews: boolean; // ask the server for `redraft/preview` notifications
+  showPreviews: boolean; // show those previews in the "redraft previews" output channel
   serverSettings: Record<string, unknown>; // any other server setting, passed as is
 }
 
@@ -38,8 +38,8 @@ export const DEFAULTS: Readonly<Settings> = Object.freeze({
   drafts: "seeded",
   maxLines: 8,
   nextEdit: true,
-  streamDrafts: false,
-  showDrafts: false,
+  streamPreviews: false,
+  showPreviews: false,
   serverSettings: {},
 });
 
@@ -60,8 +60,8 @@ const CHECKS: { [K in keyof Settings]: Check } = {
   drafts: (v) => v === "seeded" || v === "only" || v === "off",
   maxLines: (v) => typeof v === "number" && Number.isInteger(v) && v >= 1,
   nextEdit: isBool,
-  streamDrafts: isBool,
-  showDrafts: isBool,
+  streamPreviews: isBool,
+  showPreviews: isBool,
   serverSettings: isObject,
 };
 
@@ -93,7 +93,7 @@ export function serverOptions(s: Settings): Record<string, unknown> {
     drafts: s.drafts,
     maxLines: s.maxLines,
     nextEdit: s.nextEdit,
-    streamDrafts: s.streamDrafts || s.showDrafts,
+    streamPreviews: s.streamPreviews || s.showPreviews,
   };
 }
 

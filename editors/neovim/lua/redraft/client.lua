@@ -132,37 +132,14 @@ function M.line(buf, row)
   return api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
 end
 
---- One buffer's state and client, ready for a new request: its timer stopped and the request
---- in flight cancelled. Nothing when the buffer has no state or no client.
----@param states table<integer, table>
+--- The LSP position of byte column `col` in row `row` of `buf`, in the client's encoding.
+---@param client vim.lsp.Client
 ---@param buf integer
-function M.begin(states, buf)
-  local st, client = states[buf], M.get(buf)
-  if not st or not client then
-    return nil
-  end
-  st.timer:stop()
-  if st.req then
-    M.cancel(client, st.req)
-    st.req = nil
-  end
-  return st, client
-end
-
---- Drops one buffer's entry of a module's per-buffer state: hides what it shows (`dismiss`),
---- stops its timer and removes its autocommands.
----@param states table<integer, table>
----@param buf integer
----@param dismiss fun(buf: integer)
-function M.forget(states, buf, dismiss)
-  local st = states[buf]
-  if not st then
-    return
-  end
-  dismiss(buf)
-  states[buf] = nil
-  st.timer:close()
-  pcall(api.nvim_del_augroup_by_id, st.augroup)
+---@param row integer 0-based
+---@param col integer
+---@return lsp.Position
+function M.position(client, buf, row, col)
+  return { line = row, character = M.unit_col(M.line(buf, row), col, client.offset_encoding) }
 end
 
 return M

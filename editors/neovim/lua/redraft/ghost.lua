@@ -10,6 +10,7 @@
 
 local api = vim.api
 local client_of = require("redraft.client")
+local state = require("redraft.state")
 
 local M = {}
 
@@ -36,6 +37,7 @@ local TRIGGER_INVOKED, TRIGGER_AUTOMATIC = 1, 2
 ---@field tick integer changedtick at the last event handled
 ---@field cur string cursor at the last event handled ("row:col")
 ---@field augroup integer
+---@field clear fun(buf: integer, st: redraft.GhostState): boolean
 
 ---@type table<integer, redraft.GhostState>
 local states = {}
@@ -71,10 +73,30 @@ local function view(buf, item)
   return { row = row, col = col, line = line, rest = rest, stop = stop }
 end
 
+--- The state and the view of the item on screen, or nil.
+---@param buf integer
+---@return redraft.GhostState?, table?
+local function on_screen(buf)
+  local st = states[buf]
+  local v = st and st.item and view(buf, st.item)
+  if v and #api.nvim_buf_get_extmarks(buf, M.ns, 0, -1, { limit = 1 }) > 0 then
+    return st, v
+  end
+  return nil
+end
+
 local function hide(buf)
   if api.nvim_buf_is_valid(buf) then
     api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
   end
+end
+
+--- Drops the item and hides it; returns whether there was one.
+local function clear(buf, st)
+  local had = st.item ~= nil
+  st.item = nil
+  hide(buf)
+  return had
 end
 
 --- Splits `new` (the cursor row right of the cursor once accepted) into the pieces to draw
@@ -154,8 +176,7 @@ local function refresh(buf, st)
     draw(buf, st, v)
     return v
   end
-  st.item = nil
-  hide(buf)
+  clear(buf, st)
   return nil
 end
 
@@ -196,7 +217,7 @@ end
 ---@param buf integer
 ---@param kind integer? trigger kind (1 invoked, 2 automatic)
 function M.request(buf, kind)
-  local st, client = client_of.begin(states, buf)
+  local st, client = state.begin(states, buf)
   if not st then
     return
   end
@@ -207,24 +228,17 @@ function M.request(buf, kind)
   local line = client_of.line(buf, row)
   local params = {
     textDocument = { uri = vim.uri_from_bufnr(buf) },
-    position = { line = row, character = client_of.unit_col(line, col, client.offset_encoding) },
+    position = client_of.position(client, buf, row, col),
     context = { triggerKind = kind or TRIGGER_AUTOMATIC },
   }
-  st.seq = st.seq + 1
-  local seq = st.seq
-  st.req = client_of.request(client, "textDocument/inlineCompletion", params, function(err, result)
-    if states[buf] ~= st or st.seq ~= seq then
-      return -- superseded (its cancellation answers here too)
-    end
-    st.req = nil
+  state.send(states, buf, st, client, "textDocument/inlineCompletion", params, function(err, result)
     if err or type(result) ~= "table" then
       return
     end
     local items = result.items or result
-    local item = items[1] and to_item(items[1], client, row, line, col)
-    st.item = item
+    st.item = items[1] and to_item(items[1], client, row, line, col)
     refresh(buf, st)
-  end, buf)
+  end)
 end
 
 local function schedule(buf, st)
@@ -251,8 +265,7 @@ local function on_event(buf)
   local moved = tick == st.tick
   st.tick, st.cur = tick, cur
   if moved then
-    st.item = nil
-    hide(buf)
+    clear(buf, st)
   else
     refresh(buf, st)
   end
@@ -264,39 +277,23 @@ end
 --- Drops the suggestion and whatever is pending for it.
 ---@param buf integer
 function M.dismiss(buf)
-  local st = states[buf]
-  if not st then
-    return false
-  end
-  local had = st.item ~= nil
-  st.timer:stop()
-  st.seq = st.seq + 1
-  local client = client_of.get(buf)
-  if st.req and client then
-    client_of.cancel(client, st.req)
-  end
-  st.req, st.item = nil, nil
-  hide(buf)
-  return had
+  return state.dismiss(states, buf)
 end
 
 ---@param buf integer
 ---@return boolean
 function M.visible(buf)
-  local st = states[buf]
-  return st ~= nil and st.item ~= nil and view(buf, st.item) ~= nil
-    and #api.nvim_buf_get_extmarks(buf, M.ns, 0, -1, { limit = 1 }) > 0
+  return on_screen(buf) ~= nil
 end
 
 --- The suggestion on screen: `text` (what accepting inserts at the cursor), `range` (the LSP
 --- range it replaces, in the client's encoding) and `item` (the server's item), or nil.
 ---@param buf integer
 function M.current(buf)
-  local st = states[buf]
-  if not M.visible(buf) then
+  local st, v = on_screen(buf)
+  if not st then
     return nil
   end
-  local v = assert(view(buf, st.item))
   local client = vim.lsp.get_client_by_id(st.item.client_id)
   local enc = client and client.offset_encoding or "utf-16"
   return {
@@ -350,8 +347,7 @@ function M.accept(buf, how)
   api.nvim_win_set_cursor(0, { row + 1, col })
   local client = vim.lsp.get_client_by_id(item.client_id)
   if how == "all" then
-    st.item = nil
-    hide(buf)
+    clear(buf, st)
     if client then
       client_of.exec(client, item.raw.command, buf)
     end
@@ -372,40 +368,22 @@ end
 ---@param client vim.lsp.Client
 ---@param config table
 function M.attach(buf, client, config)
-  if states[buf] then
+  local st = state.attach(states, "ghost", buf, config, { tick = -1, cur = "" }, clear,
+    { "TextChangedI", "CursorMovedI", "TextChanged", "CursorMoved" }, on_event)
+  if not st then
     return
   end
-  local group = api.nvim_create_augroup("redraft.ghost." .. buf, { clear = true })
-  local st = { config = config, timer = assert(vim.uv.new_timer()), seq = 0, tick = -1, cur = "", augroup = group }
-  states[buf] = st
-  api.nvim_create_autocmd({ "TextChangedI", "CursorMovedI", "TextChanged", "CursorMoved" }, {
-    group = group,
-    buffer = buf,
-    callback = function()
-      on_event(buf)
-    end,
-  })
-  api.nvim_create_autocmd("InsertEnter", {
-    group = group,
-    buffer = buf,
-    callback = function()
-      if st.config.auto_trigger then
-        schedule(buf, st)
-      end
-    end,
-  })
-  api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
-    group = group,
-    buffer = buf,
-    callback = function()
-      M.dismiss(buf)
-    end,
-  })
+  state.on(st, buf, "InsertEnter", function()
+    if st.config.auto_trigger then
+      schedule(buf, st)
+    end
+  end)
+  state.on(st, buf, { "InsertLeave", "BufLeave" }, M.dismiss)
 end
 
 ---@param buf integer
 function M.detach(buf)
-  client_of.forget(states, buf, M.dismiss)
+  state.forget(states, buf)
 end
 
 M.TRIGGER_INVOKED = TRIGGER_INVOKED

@@ -312,7 +312,8 @@ local function server_config()
     cmd = c.cmd,
     filetypes = c.filetypes,
     root_markers = c.root_markers,
-    init_options = c.init_options,
+    -- An empty Lua table goes out as a JSON list; the server wants an object.
+    init_options = next(c.init_options) == nil and vim.empty_dict() or c.init_options,
     -- redraft speaks UTF-16 columns; offering only UTF-16 keeps both sides on them.
     capabilities = { general = { positionEncodings = { "utf-16" } } },
   }

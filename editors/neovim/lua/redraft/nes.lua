@@ -9,6 +9,7 @@
 
 local api = vim.api
 local client_of = require("redraft.client")
+local state = require("redraft.state")
 
 local M = {}
 
@@ -27,15 +28,19 @@ M.ns = api.nvim_create_namespace("redraft.nextedit")
 ---@field version integer? the buffer version the edits on screen apply to
 ---@field client_id integer?
 ---@field augroup integer
+---@field clear fun(buf: integer, st: redraft.EditState): boolean
 
 ---@type table<integer, redraft.EditState>
 local states = {}
 
+--- Drops the hints; returns whether there were any.
 local function clear(buf, st)
+  local had = #st.edits > 0
   st.edits, st.version = {}, nil
   if api.nvim_buf_is_valid(buf) then
     api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
   end
+  return had
 end
 
 --- The edit's range now: row, col, end_row, end_col (bytes), or nil if its mark is gone.
@@ -92,30 +97,20 @@ end
 --- Asks for the next edits now (cancelling the request in flight).
 ---@param buf integer
 function M.request(buf)
-  local st, client = client_of.begin(states, buf)
+  local st, client = state.begin(states, buf)
   if not st then
     return
   end
   local row, col = client_of.cursor(buf)
-  if row == nil then
-    row, col = 0, 0
-  end
-  local line = client_of.line(buf, row)
   local uri = vim.uri_from_bufnr(buf)
   -- The request flushes pending changes first, so this is the version the server sees.
   local version = client_of.version(buf)
   local params = {
     textDocument = { uri = uri, version = version },
-    position = { line = row, character = client_of.unit_col(line, col, client.offset_encoding) },
+    position = client_of.position(client, buf, row or 0, col or 0),
     context = { triggerKind = 2 },
   }
-  st.seq = st.seq + 1
-  local seq = st.seq
-  st.req = client_of.request(client, "textDocument/copilotInlineEdit", params, function(err, result)
-    if states[buf] ~= st or st.seq ~= seq then
-      return
-    end
-    st.req = nil
+  state.send(states, buf, st, client, "textDocument/copilotInlineEdit", params, function(err, result)
     if err or type(result) ~= "table" or client_of.version(buf) ~= version then
       return -- the buffer moved on: these edits are for a version that is gone
     end
@@ -132,21 +127,31 @@ function M.request(buf)
     elseif st.version ~= version then
       clear(buf, st) -- keep hints left by an accept (same version) when the server has no more
     end
-  end, buf)
+  end)
+end
+
+--- The buffer's state while its hints are on screen (they are for the buffer's version), or nil.
+---@param buf integer
+---@return redraft.EditState?
+local function on_screen(buf)
+  local st = states[buf]
+  if st ~= nil and #st.edits > 0 and st.version == client_of.version(buf) then
+    return st
+  end
+  return nil
 end
 
 ---@param buf integer
 ---@return boolean
 function M.visible(buf)
-  local st = states[buf]
-  return st ~= nil and #st.edits > 0 and st.version == client_of.version(buf)
+  return on_screen(buf) ~= nil
 end
 
 --- The edits on screen, nearest first: {text, range = {row, col, end_row, end_col} (0-based, bytes), item}.
 ---@param buf integer
 function M.current(buf)
-  local st = states[buf]
-  if not M.visible(buf) then
+  local st = on_screen(buf)
+  if not st then
     return {}
   end
   local out = {}
@@ -214,11 +219,8 @@ end
 ---@param buf integer
 ---@return boolean
 function M.accept(buf)
-  local st = states[buf]
-  if not M.visible(buf) then
-    return false
-  end
-  local i = at_cursor(buf, st)
+  local st = on_screen(buf)
+  local i = st and at_cursor(buf, st)
   if not i then
     return false
   end
@@ -245,15 +247,7 @@ end
 ---@param buf integer
 ---@return boolean whether any were on screen
 function M.dismiss(buf)
-  local st = states[buf]
-  if not st then
-    return false
-  end
-  local had = #st.edits > 0
-  st.timer:stop()
-  st.seq = st.seq + 1
-  clear(buf, st)
-  return had
+  return state.dismiss(states, buf)
 end
 
 local function on_change(buf)
@@ -276,24 +270,12 @@ end
 ---@param client vim.lsp.Client
 ---@param config table
 function M.attach(buf, client, config)
-  if states[buf] then
-    return
-  end
-  local group = api.nvim_create_augroup("redraft.nextedit." .. buf, { clear = true })
-  local st = { config = config, timer = assert(vim.uv.new_timer()), seq = 0, edits = {}, augroup = group }
-  states[buf] = st
-  api.nvim_create_autocmd({ "TextChanged", "TextChangedI" }, {
-    group = group,
-    buffer = buf,
-    callback = function()
-      on_change(buf)
-    end,
-  })
+  state.attach(states, "nextedit", buf, config, { edits = {} }, clear, { "TextChanged", "TextChangedI" }, on_change)
 end
 
 ---@param buf integer
 function M.detach(buf)
-  client_of.forget(states, buf, M.dismiss)
+  state.forget(states, buf)
 end
 
 return M

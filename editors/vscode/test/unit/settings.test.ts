@@ -10,7 +10,7 @@ test("nothing set gives the defaults and the server's default options", () => {
   assert.deepEqual(settings, DEFAULTS);
   assert.deepEqual(serverOptions(settings), {
     enable: { "*": true }, model: null, device: "cpu", threshold: null, drafts: "seeded",
-    maxLines: 8, nextEdit: true, streamDrafts: false,
+    maxLines: 8, nextEdit: true, streamPreviews: false,
   });
 });
 
@@ -21,7 +21,7 @@ test("settings map to the server's keys", () => {
   });
   assert.deepEqual(serverOptions(settings), {
     enable: { "*": true, markdown: false }, model: "/models/dream", device: "cuda:1", threshold: 0.8,
-    drafts: "only", maxLines: 3, nextEdit: false, streamDrafts: false,
+    drafts: "only", maxLines: 3, nextEdit: false, streamPreviews: false,
   });
 });
 
@@ -31,9 +31,9 @@ test("off sends enable: false whatever the languages say", () => {
   assert.equal(languageEnabled(settings, "python"), false);
 });
 
-test("showing drafts asks the server to stream them", () => {
-  assert.equal(serverOptions(read({ showDrafts: true }).settings).streamDrafts, true);
-  assert.equal(serverOptions(read({ streamDrafts: true }).settings).streamDrafts, true);
+test("showing previews asks the server to stream them", () => {
+  assert.equal(serverOptions(read({ showPreviews: true }).settings).streamPreviews, true);
+  assert.equal(serverOptions(read({ streamPreviews: true }).settings).streamPreviews, true);
 });
 
 test("other server settings pass through, but the named settings win", () => {

@@ -1,0 +1,327 @@
+"""The context builder: what to ask the engine for at a cursor.
+
+`take_snapshot` runs on the event loop, where the document and its tree are current: it
+decides the mode at the cursor from the tree (or from the text, for plain-text documents)
+and freezes what background work needs into an immutable Snapshot (the lines are a tuple
+of immutable strings, so later edits cannot reach it). `build` runs on the inference
+thread: it cuts the prefix and suffix windows at line boundaries within a token budget,
+then back to the nearest statement boundaries (from the tree, frozen as row numbers), and
+picks the span budget for the mode.
+
+Modes: LINE (finish the rest of the line), BLOCK (a new block body after ':' or '{'), ARGS
+(inside an argument list) and NONE (mid-identifier with word characters right of the
+cursor, inside a string, inside a comment unless enabled, other text right of the cursor,
+binary-looking text): NONE answers nothing without running the model.
+
+It knows nothing of LSP messages or the engine beyond a token-counting function.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from . import drafts as draft_index
+from .document import Document, body, utf8_len
+from .languages import ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax, syntax_for
+from .settings import ServerConfig
+
+CHARS_PER_TOKEN = 3.0  # first estimate for code; the window is then checked with the real tokenizer
+
+
+class Mode(str, enum.Enum):
+    LINE = "line"
+    BLOCK = "block"
+    ARGS = "args"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    uri: str
+    version: int
+    syntax: Syntax
+    lines: tuple[str, ...]
+    row: int
+    col: int  # character index into the line body
+    mode: Mode
+    reason: str  # why this mode (for logs and tests)
+    header_indent: str  # indentation of the line that opens the block (BLOCK), else of the cursor line
+    config: ServerConfig
+    extra: str = ""  # extra context (extra.py), ahead of the prefix
+    drafts: tuple[Draft, ...] = ()  # continuations of matching code, best first (drafts.py)
+    anchors: tuple[int, ...] = ()  # rows where statements start (windows are cut there)
+
+    @property
+    def left(self) -> str:
+        return body(self.lines[self.row])[:self.col]
+
+    @property
+    def right(self) -> str:
+        return body(self.lines[self.row])[self.col:]
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A proposed completion from the code itself, frozen for the inference thread."""
+
+    text: str
+    source: str  # buffer | open | recent
+
+
+@dataclass(frozen=True)
+class Context:
+    prefix: str
+    suffix: str
+    extra: str
+    span: int  # engine span budget in tokens
+    first_row: int  # first line of the prefix window
+    last_row: int  # last line of the suffix window
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def _binary(text: str) -> bool:
+    if "\x00" in text:
+        return True
+    controls = sum(1 for ch in text if ch < " " and ch not in "\t\r\n")
+    return controls > max(2, len(text) // 20)
+
+
+def _ancestors(doc: Document, row: int, col: int):
+    """(node, cursor byte) pairs from the smallest named node at the cursor up to the root."""
+    b, (r, bc) = doc.byte_point(row, col)
+    node = doc.tree.root_node.named_descendant_for_point_range((r, max(bc - 1, 0)), (r, bc))
+    while node is not None:
+        yield node, b
+        node = node.parent
+
+
+def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mode, str, str]:
+    """(mode, reason, header indentation) at a cursor inside `doc`."""
+    line = doc.line_body(row)
+    left, right = line[:col], line[col:]
+    if _binary(line) or _binary(left[-200:]):
+        return Mode.NONE, "binary", ""
+    if right[:1].isalnum() or right[:1] == "_":
+        return Mode.NONE, "mid-identifier", ""
+    in_args = False
+    if doc.tree is not None:
+        for node, b in _ancestors(doc, row, col):
+            if node.type in COMMENT_TYPES and node.start_byte < b <= node.end_byte:
+                if not config.comments:
+                    return Mode.NONE, "comment", ""
+            elif node.type in STRING_TYPES and node.start_byte < b < node.end_byte:
+                return Mode.NONE, "string", ""
+            elif node.type in ARGUMENT_TYPES and node.start_byte < b < node.end_byte:
+                in_args = True
+    # An unclosed "(" parses as an ERROR node, not an argument list: the text tells then.
+    in_args = in_args or _open_parens(left) > 0
+    rest = right.strip()
+    only_closers = all(ch in CLOSERS or ch in QUOTES or ch in ";,: " for ch in rest)
+    openers = doc.syntax.block_openers
+    if left.strip() == "" and not rest:
+        prev = _previous_nonblank(doc, row)
+        if prev is not None and body(doc.lines[prev]).rstrip().endswith(openers):
+            return Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev))
+    if left.rstrip().endswith(openers) and (not rest or rest in ("}",)) and not in_args:
+        return Mode.BLOCK, "after a block opener", _indent(line)
+    if in_args:
+        return Mode.ARGS, "argument list", _indent(line)
+    if only_closers:
+        return Mode.LINE, "rest of line", _indent(line)
+    return Mode.NONE, "text right of the cursor", ""
+
+
+def _open_parens(left: str) -> int:
+    depth = 0
+    for ch in left:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+    return depth
+
+
+def _previous_nonblank(doc: Document, row: int) -> int | None:
+    for r in range(row - 1, max(-1, row - 50), -1):
+        if doc.lines[r].strip():
+            return r
+    return None
+
+
+@dataclass(frozen=True)
+class AskedMode:
+    """What a caller without an editor asks for instead of the mode found at the cursor.
+
+    `mode` replaces the detected mode (the evaluation knows each sample's unit), or, with
+    `only_if_none`, replaces only NONE (an HTTP client asks for whatever follows the cursor;
+    binary text still answers nothing). `header_indent` is the block header's indentation
+    (default: the cursor line's, as `detect` gives it)."""
+
+    mode: Mode
+    reason: str
+    header_indent: str | None = None
+    only_if_none: bool = False
+
+
+def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra: str = "",
+                  drafts: tuple[Draft, ...] = (), asked: AskedMode | None = None) -> Snapshot:
+    mode, reason, indent = detect(doc, row, col, config)
+    if asked is not None and (not asked.only_if_none or (mode is Mode.NONE and reason != "binary")):
+        reason = f"{asked.reason}, {reason}" if asked.only_if_none else asked.reason
+        mode, indent = asked.mode, _indent(doc.line_body(row)) if asked.header_indent is None else asked.header_indent
+    return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines), row, col, mode, reason, indent, config,
+                    extra, drafts, statement_rows(doc, row))
+
+
+DRAFT_CONTEXT_LINES = 8  # lines above the cursor a draft's match may reach back into
+
+
+def find_drafts(doc: Document, index: draft_index.DraftIndex, row: int, col: int, mode: Mode, max_lines: int,
+                others: list[tuple[str, draft_index.DraftIndex]] = (),
+                recent: list[tuple[str, int]] = (), limit: int = 4) -> tuple[Draft, ...]:
+    """Drafts for a cursor: continuations of the longest matches of the text before it in this
+    document (`index`, kept in step with `doc`), in other open documents ((uri, index) pairs)
+    and in recent snippets ((text, first row) pairs), ranked by drafts.lookup."""
+    left = body(doc.lines[row])[:col]
+    before = "".join(doc.lines[max(0, row - DRAFT_CONTEXT_LINES):row]) + left
+    tree = doc.tree
+    kind = None if tree is None else draft_index.syntactic_kind(tree, row, utf8_len(left))
+    sources = [draft_index.DraftSource(index, "buffer", doc.uri, (row, col),
+                                       kind_at=None if tree is None else draft_index.tree_kind_at(tree, index))]
+    sources += [draft_index.DraftSource(ix, "open", uri) for uri, ix in others]
+    sources += [draft_index.recent_source(text, doc.uri, first) for text, first in recent]
+    lines = max_lines if mode is Mode.BLOCK else 1
+    return tuple(Draft(c.text, c.source) for c in draft_index.lookup(before, sources, lines=lines, kind=kind,
+                                                                          limit=limit))
+
+
+def text_snapshot(uri: str, text: str, cursor: int, config: ServerConfig, language: str = "",
+                  path: str = "", asked: AskedMode | None = None) -> tuple[Snapshot, Document]:
+    """The server's snapshot of a whole text with the cursor at character `cursor`, and the
+    document made for it (the CLI, the evaluation and the HTTP API, which have no editor)."""
+    doc = Document(uri, text, 1, language, syntax_for(language, path or uri))
+    before = text[:cursor]
+    row, col = before.count("\n"), len(before) - (before.rfind("\n") + 1)
+    return take_snapshot(doc, row, col, config, asked=asked), doc
+
+
+def own_drafts(snap: Snapshot, doc: Document, config: ServerConfig,
+               index: draft_index.DraftIndex | None = None) -> Snapshot:
+    """The snapshot with drafts from its own document only (per the drafts setting)."""
+    if config.drafts == "off":
+        return snap
+    index = index or draft_index.DraftIndex(doc.lines)
+    return replace(snap, drafts=find_drafts(doc, index, snap.row, snap.col, snap.mode, config.max_lines,
+                                            limit=config.max_drafts))
+
+
+def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> str:
+    """Join as many whole pieces (lines, nearest the cursor first) as fit in `budget` tokens."""
+    taken: list[str] = []
+    est = 0.0
+    for p in pieces:
+        cost = len(p) / CHARS_PER_TOKEN
+        if taken and est + cost > budget:
+            break
+        taken.append(p)
+        est += cost
+    text = "".join(reversed(taken) if from_end else taken)
+    real = count(text)
+    while real > budget and len(taken) > 1:  # the estimate was low: drop far lines proportionally
+        taken = taken[:max(1, int(len(taken) * budget / real) - 1)]
+        text = "".join(reversed(taken) if from_end else taken)
+        real = count(text)
+    if real > budget:  # one piece alone is too long (e.g. a 20k-character line): cut inside it
+        keep = int(budget * CHARS_PER_TOKEN)
+        text = text[-keep:] if from_end else text[:keep]
+    return text
+
+
+def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None) -> Context:
+    cfg = snap.config
+    total = cfg.context_tokens if limit is None else min(cfg.context_tokens, limit)  # limit: the model's
+    extra = snap.extra
+    if extra:
+        used = count(extra)
+        if used > int(total * cfg.extra_share):
+            extra, used = "", 0  # cut nowhere inside: a cut would move with every keystroke
+        total -= used
+    suffix_budget = max(8, int(total * cfg.suffix_share))
+    prefix_budget = max(8, total - suffix_budget)
+    lines, row = snap.lines, snap.row
+    line = lines[row]
+    left, rest_of_line = line[:snap.col], line[snap.col:]
+
+    def before():
+        yield left
+        for r in range(row - 1, -1, -1):
+            yield lines[r]
+
+    def after():
+        yield rest_of_line
+        for r in range(row + 1, len(lines)):
+            yield lines[r]
+
+    prefix = _fit(before(), prefix_budget, count, from_end=True)
+    suffix = _fit(after(), suffix_budget, count, from_end=False)
+    span = cfg.block_tokens if snap.mode is Mode.BLOCK else cfg.line_tokens
+    first = row - prefix.count("\n")
+    last = row + suffix.count("\n")
+    # At syntax-node boundaries: drop the partial statement at either end of the window (when
+    # that keeps most of it), so the model never starts mid-statement and the prefix window's
+    # start only moves when it crosses a whole node, which keeps its keys/values reusable.
+    start = _anchor_after(snap.anchors, first, row)
+    if start is not None and start > first and (start - first) * 2 < row - first:
+        prefix = prefix[_nth_newline(prefix, start - first) + 1:]
+        first = start
+    end = _anchor_before(snap.anchors, last, row)
+    if end is not None and end <= last and (last + 1 - end) * 2 < last - row:
+        suffix = suffix[:_nth_newline(suffix, end - row) + 1]
+        last = end - 1
+    return Context(prefix, suffix, extra, span, first, last)
+
+
+def _anchor_after(anchors: tuple[int, ...], first: int, row: int) -> int | None:
+    """The first statement start at or after `first` (and at or before the cursor row)."""
+    i = bisect.bisect_left(anchors, first)
+    return anchors[i] if i < len(anchors) and anchors[i] <= row else None
+
+
+def _anchor_before(anchors: tuple[int, ...], last: int, row: int) -> int | None:
+    """The last statement start in (row, last + 1]: the window ends just before it."""
+    i = bisect.bisect_right(anchors, last + 1) - 1
+    return anchors[i] if i >= 0 and anchors[i] > row + 1 else None
+
+
+def _nth_newline(text: str, n: int) -> int:
+    """Index of the n-th (1-based) newline in `text`."""
+    at = -1
+    for _ in range(n):
+        at = text.index("\n", at + 1)
+    return at
+
+
+def statement_rows(doc: Document, row: int, depth: int = 3) -> tuple[int, ...]:
+    """Rows where statements start: the top-level nodes, and down the nodes that hold `row`
+    (class, function, ...), their bodies' statements, `depth` levels deep."""
+    if doc.tree is None:
+        return ()
+    rows: set[int] = set()
+    node = doc.tree.root_node
+    for _ in range(depth):
+        holder = None
+        for child in node.named_children:
+            start, end = child.start_point[0], child.end_point[0]
+            rows.add(start)
+            if start < row <= end:
+                holder = child
+        if holder is None:
+            break
+        node = holder.child_by_field_name("body") or holder
+    return tuple(sorted(rows))

@@ -1,0 +1,125 @@
+"""ServerConfig: the server's settings, built from the CLI, `initializationOptions` and
+`workspace/didChangeConfiguration`, validated field by field.
+
+`parse(options, base)` returns a new frozen config plus a list of problems: an unknown
+key or a bad value keeps the base value for that field and adds one line to the problems,
+which the server shows once. Options may be given flat or under a "redraft" key, in
+camelCase or snake_case. This is the single table of defaults for the server.
+
+It knows nothing of LSP messages or of the engine's internals (model and device are
+passed through as strings).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    enable: tuple[tuple[str, bool], ...] = (("*", True),)  # language id -> enabled; "*" = the rest
+    max_lines: int = 8  # lines of a multi-line (block) completion
+    threshold: float | None = None  # unmasking confidence threshold; None = the model's default
+    model: str | None = None  # checkpoint folder or name; None = the shipped default
+    device: str = "cpu"
+    dtype: str = "auto"
+    line_tokens: int = 16  # span budget for rest-of-line and argument completions
+    block_tokens: int = 48  # span budget for a new block body
+    context_tokens: int = 1024  # prefix + suffix window budget
+    suffix_share: float = 0.25  # of context_tokens, given to the suffix
+    comments: bool = False  # complete inside comments too
+    drafts: str = "seeded"  # drafts from the code itself: "seeded" (model revises them), "only" (no model), "off"
+    max_drafts: int = 4  # draft candidates per request
+    extra_context: bool = True  # definitions from other open documents and recent edits, ahead of the prefix
+    extra_share: float = 0.25  # of the context budget, at most, for the extra context
+    next_edit: bool = True  # compute next-edit suggestions ahead once typing pauses
+    edit_margin: float = -1.0  # a proposed edit is dropped when the model prefers the text as it is by more
+    stream_previews: bool = False  # send `redraft/preview` notifications while a completion denoises
+
+    def enabled(self, language: str) -> bool:
+        table = dict(self.enable)
+        return table.get(language, table.get("*", True))
+
+
+_INT_RANGES = {"max_lines": (1, 200), "max_drafts": (1, 16), "line_tokens": (1, 512), "block_tokens": (1, 1024),
+               "context_tokens": (16, 32768)}
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_RENAMED = {"stream_drafts": "stream_previews"}  # earlier names clients may still send
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _check(name: str, value: Any) -> Any:
+    """The validated value, or raises ValueError saying what is wrong."""
+    if name in _INT_RANGES:
+        lo, hi = _INT_RANGES[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ValueError(f"must be an integer in {lo}..{hi}")
+        return value
+    if name == "threshold" and value is None:
+        return None
+    if name in ("threshold", "suffix_share", "extra_share"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError("must be a number in 0..1")
+        return float(value)
+    if name == "drafts":
+        if value not in ("seeded", "only", "off"):
+            raise ValueError("must be one of seeded, only, off")
+        return value
+    if name == "edit_margin":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
+            raise ValueError("must be a number in -100..100")
+        return float(value)
+    if name in ("comments", "extra_context", "stream_previews", "next_edit"):
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+    if name in ("model",):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError("must be a checkpoint folder or name")
+        return value
+    if name == "device":
+        if not isinstance(value, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", value):
+            raise ValueError("must be cpu, cuda, cuda:N or mps")
+        return value
+    if name == "dtype":
+        if value not in _DTYPES:
+            raise ValueError(f"must be one of {', '.join(_DTYPES)}")
+        return value
+    if name == "enable":
+        if isinstance(value, bool):
+            return (("*", value),)
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, bool)
+                                                  for k, v in value.items()):
+            raise ValueError('must be true/false or an object of language id -> true/false')
+        return tuple(sorted(value.items()))
+    raise KeyError(name)
+
+
+def parse(options: Any, base: ServerConfig | None = None) -> tuple[ServerConfig, list[str]]:
+    """A config from client options over `base`, and the problems found (bad keys keep base values)."""
+    base = base or ServerConfig()
+    if options is None:
+        return base, []
+    if not isinstance(options, dict):
+        return base, [f"settings must be an object, got {type(options).__name__}"]
+    if isinstance(options.get("redraft"), dict):
+        options = options["redraft"]
+    known = {f.name for f in fields(ServerConfig)}
+    changes: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in options.items():
+        name = _snake(str(key))
+        name = _RENAMED.get(name, name)
+        if name not in known:
+            problems.append(f"unknown setting {key!r}")
+            continue
+        try:
+            changes[name] = _check(name, value)
+        except ValueError as e:
+            problems.append(f"setting {key!r}={value!r} {e}; keeping {getattr(base, name)!r}")
+    return replace(base, **changes), problems

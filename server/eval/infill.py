@@ -1,0 +1,183 @@
+"""`redraft eval infill`: run the server's completion path on sampled cursor positions.
+
+For every sample (samples.py) the file minus the removed region becomes a document with
+the cursor at the sample's start, and the request goes the way the server sends it: the
+snapshot and context windows (context.py), drafts from the same document (drafts.py),
+`inference.answer` (engine call with the unit-end stop, post-processing). The unit is
+set by the sample's kind rather than detected (rest_of_line, next_line and node use the
+LINE unit, block the BLOCK unit with the sample's header indentation), so every sample is
+answered or abstained on. `drafts` picks the mode: "seeded" (the server's default: drafts
+seed the model's candidates), "only" (the best draft, no model) or "off" (model alone).
+The result (post-processed text, "" when nothing is shown) is checked for new parse errors
+(syntax.py) and scored (metrics.py). Per kind the report holds:
+
+  n                 samples scored
+  exact_match, correct_prefix, edit_similarity, syntax_valid   means, in [0, 1]
+  abstain_rate      share of samples answered with nothing (counted as misses above)
+  sources           what the shown answers came from: model / buffer (a draft) ... -> count
+  p50_ms, p95_ms    percentiles (linear interpolation) of the request's total ms
+  encode_ms, generate_ms   medians
+  forwards, tokens_per_forward   means (span tokens / denoising forwards, context excluded)
+
+Every request starts from a cold context cache (the cache is dropped before each one) and
+one untimed warm-up request runs first, so timings do not depend on sample order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from redraft.engine import Stats
+
+from ..core.context import AskedMode, Mode, own_drafts, text_snapshot
+from ..core.drafts import DraftIndex
+from ..core.inference import Answer, answer
+from ..core.settings import ServerConfig
+from . import metrics, syntax
+from .samples import KINDS, SPAN_BUDGET, Sample, Source, draw
+
+URI = "file:///redraft-eval/sample.py"
+DRAFT_MODES = ("seeded", "only", "off")
+RATES = ("exact_match", "correct_prefix", "edit_similarity", "syntax_valid")
+FIELDS = ("n", *RATES, "abstain_rate", "p50_ms", "p95_ms", "encode_ms", "generate_ms", "forwards",
+          "tokens_per_forward")
+MODE_OF_KIND = {"rest_of_line": Mode.LINE, "next_line": Mode.LINE, "block": Mode.BLOCK, "node": Mode.LINE}
+
+
+@dataclass
+class Scored:
+    """One scored sample."""
+
+    sample: Sample
+    raw: str  # what would be shown ("" when nothing)
+    text: str  # cut at the end of its unit
+    exact_match: bool
+    correct_prefix: float
+    edit_similarity: float
+    syntax_valid: bool
+    stats: Stats | None  # the engine's stats for the request (timing only, for drafts alone)
+    abstained: bool = False
+    source: str = ""
+
+
+def snapshot(source: Source, sample: Sample, config: ServerConfig):
+    """The server's snapshot for a sample: a document without the removed region, the cursor
+    at its start, the unit set by the kind, drafts looked up in the same document."""
+    prefix, suffix = sample.split(source.text)
+    kind_cfg = replace(config, line_tokens=SPAN_BUDGET[sample.kind], block_tokens=SPAN_BUDGET[sample.kind])
+    mode = MODE_OF_KIND[sample.kind]
+    header = " " * max(sample.header_indent, 0) if mode is Mode.BLOCK else None
+    return text_snapshot(URI, prefix + suffix, len(prefix), kind_cfg, "python",
+                         asked=AskedMode(mode, f"eval {sample.kind}", header))
+
+
+def answer_sample(engine, source: Source, sample: Sample, config: ServerConfig) -> Answer:
+    """One sample through the server's path; the drafts lookup is timed with the request."""
+    snap, doc = snapshot(source, sample, config)
+    index = DraftIndex(doc.lines)  # the server keeps this up to date as edits arrive: not timed
+    t0 = time.perf_counter()
+    snap = own_drafts(snap, doc, config, index)
+    if engine is not None:
+        engine.forget(URI)  # cold context: timings independent of the order of samples
+    lookup_ms = (time.perf_counter() - t0) * 1000
+    got = answer(engine, snap)
+    if got.stats is None:  # drafts alone: time the whole request
+        return replace(got, stats=Stats(total_ms=(time.perf_counter() - t0) * 1000))
+    got.stats.total_ms += lookup_ms
+    return got
+
+
+def score(source: Source, sample: Sample, raw: str, stats=None, errors_before: int | None = None,
+          abstained: bool = False, source_name: str = "") -> Scored:
+    """Score one completion of `sample` (no model involved)."""
+    text = metrics.cut(sample.kind, raw, sample.header_indent)
+    return Scored(
+        sample=sample, raw=raw, text=text,
+        exact_match=metrics.exact_match(sample.kind, text, sample.expected),
+        correct_prefix=metrics.correct_prefix(text, sample.expected),
+        edit_similarity=metrics.edit_similarity(text, sample.expected),
+        syntax_valid=syntax.syntax_valid(source.text, sample.start, sample.end, raw, errors_before),
+        stats=stats, abstained=abstained, source=source_name)
+
+
+def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, config: ServerConfig,
+        on_outcome: Callable[[Scored], None] | None = None) -> dict[str, list[Scored]]:
+    """Draw `limit` samples per kind, complete and score each; outcomes per kind."""
+    drawn = {kind: draw(sources, kind, limit, seed) for kind in kinds}
+    first = next((s for k in kinds for s in drawn[k]), None)
+    if first is not None:  # warm-up: the first request pays one-time costs; not counted
+        answer_sample(engine, sources[first.file], first, config)
+    errors: dict[int, int] = {}  # parse errors of each original file, counted once
+    out: dict[str, list[Scored]] = {}
+    for kind in kinds:
+        out[kind] = []
+        for sample in drawn[kind]:
+            src = sources[sample.file]
+            if sample.file not in errors:
+                errors[sample.file] = syntax.count_errors(src.text)
+            a = answer_sample(engine, src, sample, config)
+            text = "" if a.edit is None else a.edit.text
+            o = score(src, sample, text, a.stats, errors[sample.file], a.edit is None,
+                      a.source if a.edit is not None else "")
+            out[kind].append(o)
+            if on_outcome is not None:
+                on_outcome(o)
+    return out
+
+
+def summarize(outcomes: list[Scored]) -> dict:
+    """The per-kind report (see the module docstring); metrics are None when n is 0."""
+    n = len(outcomes)
+    if n == 0:
+        return {"n": 0, **{k: None for k in FIELDS[1:]}, "sources": {}}
+    total = [o.stats.total_ms for o in outcomes]
+    return {
+        "n": n,
+        **{k: round(float(np.mean([float(getattr(o, k)) for o in outcomes])), 4) for k in RATES},
+        "abstain_rate": round(sum(o.abstained for o in outcomes) / n, 4),
+        "sources": {s: sum(1 for o in outcomes if o.source == s) for s in sorted({o.source for o in outcomes} - {""})},
+        "p50_ms": round(float(np.percentile(total, 50)), 3),
+        "p95_ms": round(float(np.percentile(total, 95)), 3),
+        "encode_ms": round(float(np.median([o.stats.encode_ms for o in outcomes])), 3),
+        "generate_ms": round(float(np.median([o.stats.generate_ms for o in outcomes])), 3),
+        "forwards": round(float(np.mean([o.stats.forwards for o in outcomes])), 3),
+        "tokens_per_forward": round(float(np.mean([o.stats.tokens_per_forward for o in outcomes])), 3),
+    }
+
+
+def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, list[Scored]],
+           drafts: str = "seeded") -> dict:
+    return {"model": model, "files": len(sources), "seed": seed, "drafts": drafts,
+            "kinds": {kind: summarize(outs) for kind, outs in outcomes.items()}}
+
+
+def format_table(rep: dict) -> str:
+    """The report as a readable table, one row per kind."""
+    head = ("kind", "n", "exact", "prefix", "edit_sim", "syntax", "abstain", "p50_ms", "p95_ms", "enc_ms", "gen_ms",
+            "fwd", "tok/fwd")
+    keys = FIELDS
+    rows = [head]
+    for kind, s in rep["kinds"].items():
+        rows.append((kind, *("-" if s[k] is None else
+                             f"{s[k]:.3f}" if k in RATES or k == "abstain_rate" else
+                             str(s[k]) if k == "n" else f"{s[k]:.1f}" for k in keys)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [f"model {rep['model']}, {rep['files']} files, seed {rep['seed']}, drafts {rep.get('drafts', '-')}"]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines)
+
+
+def parse_kinds(spec: str | None) -> list[str]:
+    """'a,b' -> ['a', 'b'] in the order given, each a known kind; None -> all kinds."""
+    if spec is None:
+        return list(KINDS)
+    kinds = [k.strip() for k in spec.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise ValueError(f"unknown kind(s) {', '.join(bad) or repr(spec)} (choose from {', '.join(KINDS)})")
+    return list(dict.fromkeys(kinds))

@@ -1,0 +1,137 @@
+"""The HTTP API's engine side: a request's prefix and suffix (or Mercury's edit region) as
+a server Snapshot, and the engine call on it, run on the inference executor.
+
+A completion goes the LSP server's way (see http.py): a document with the cursor between
+prefix and suffix, the mode at the cursor ("nothing" becomes LINE: an HTTP client asks for
+whatever follows the cursor), drafts from the same text, `inference.answer`, then the client's
+stop strings. A next edit masks the region and re-fills it seeded with the region itself.
+Knows nothing of HTTP beyond ApiError, which the routes turn into JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from redraft.engine import CancelFlag, Cancelled, Stats
+
+from ..core import context, postprocess
+from ..core.context import AskedMode, Mode, Snapshot, own_drafts, text_snapshot
+from ..core.inference import Inference, answer, fill
+from ..core.settings import ServerConfig
+from . import templates
+from .templates import Params
+
+log = logging.getLogger(__name__)
+
+URI = "untitled:redraft-http"  # the document name, and cache key, of every HTTP request
+# An HTTP client asks for whatever follows the cursor: where the LSP server would answer
+# nothing (mid-identifier, text right of the cursor), the rest of the line.
+HTTP_MODE = AskedMode(Mode.LINE, "http", only_if_none=True)
+MAX_EDIT_TOKENS = 512  # tokens of a code_to_edit region (Zed's Mercury asks for at most ~350)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, headers: dict | None = None, **extra: Any):
+        super().__init__(message)
+        self.status, self.message, self.headers, self.extra = status, message, headers, extra
+
+
+@dataclass(frozen=True)
+class ApiChoice:
+    """One of the n choices of an HTTP completion, before it is shaped for the client's API."""
+
+    text: str
+    finish: str  # "stop" | "length"
+    stats: Stats | None
+    engine_ms: float = 0.0  # wall time of the engine call, windows and post-processing included
+
+
+# -- the engine side (runs on the inference executor) -----------------------------------
+
+
+def fim_snapshot(prefix: str, suffix: str, config: ServerConfig, language: str = "", path: str = "") -> Snapshot:
+    """The LSP server's snapshot of `prefix + suffix` with the cursor between them."""
+    snap, doc = text_snapshot(URI, prefix + suffix, len(prefix), config, language, path, asked=HTTP_MODE)
+    return own_drafts(snap, doc, config)
+
+
+def insertion(edit: postprocess.Edit, right: str) -> str:
+    """What to insert at the cursor for clients that only insert: a completion that takes over
+    auto-closed brackets right of the cursor (`edit.replace`) loses those characters and
+    whatever it wrote after the last of them (it would land before them)."""
+    if not edit.replace:
+        return edit.text
+    kept, taken, prev = [], 0, 0
+    for k, ch in enumerate(edit.text, 1):
+        now = postprocess.closers_replaced(edit.text[:k], right)
+        if now > prev:
+            taken, prev = taken + 1, now
+            if taken == edit.replace:
+                break
+            continue
+        kept.append(ch)
+    return "".join(kept)
+
+
+def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: ServerConfig, flag: CancelFlag,
+                 on_preview: Callable[[int, str], None] | None = None) -> list[ApiChoice]:
+    """n completions of one request, each through the completion pipeline (choice i samples
+    with seed + i)."""
+    engine = _engine(inference)
+    if p.max_tokens is not None:
+        config = replace(config, line_tokens=min(config.line_tokens, p.max_tokens),
+                         block_tokens=min(config.block_tokens, p.max_tokens))
+    snap = fim_snapshot(fim.prefix, fim.suffix, config, p.language)
+    if snap.mode is Mode.NONE:
+        return [ApiChoice("", "stop", None)] * p.n
+    budget = config.block_tokens if snap.mode is Mode.BLOCK else config.line_tokens
+    base = engine.sampler
+    if p.temperature is not None:
+        base = base.with_(temperature=p.temperature)
+    out = []
+    for i in range(p.n):
+        preview = None if on_preview is None else (lambda text, step, masked, i=i: on_preview(i, text))
+        t0 = time.perf_counter()
+        o = answer(engine, snap, flag, preview, sampler=base.with_(seed=base.seed + i))
+        ms = (time.perf_counter() - t0) * 1000
+        if flag.is_set():
+            raise Cancelled()
+        text = "" if o.edit is None else insertion(o.edit, snap.right)
+        cut = min((at for at in (text.find(s) for s in p.stop) if at >= 0), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        full = cut < 0 and o.stats is not None and o.stats.span_tokens >= budget
+        out.append(ApiChoice(text, "length" if full else "stop", o.stats, ms))
+    return out
+
+
+def rewrite(inference: Inference, ep: templates.EditPrompt, p: Params, config: ServerConfig, flag: CancelFlag,
+            on_preview: Callable[[int, str], None] | None = None) -> ApiChoice:
+    """Mercury's next edit: the region masked and re-filled, conditioned on the rest of the
+    file and seeded with the region itself; "None" when the fill equals the region."""
+    engine = _engine(inference)
+    t0 = time.perf_counter()
+    n = engine.count_tokens(ep.region)
+    if n > MAX_EDIT_TOKENS:
+        raise ApiError(400, f"the code_to_edit region has {n} tokens, more than {MAX_EDIT_TOKENS}")
+    span = n + max(4, n // 4)  # room to grow
+    snap = fim_snapshot(ep.before, ep.after, replace(config, drafts="off"), p.language, ep.path)
+    ctx = context.build(snap, engine.count_tokens, engine.context_budget(span))
+    sampler = None if p.temperature is None else engine.sampler.with_(temperature=p.temperature)
+    result = fill(engine, snap, ctx, span, [ep.region] if ep.region.strip() else [], flag,
+                  None if on_preview is None else (lambda text, step, masked: on_preview(0, text)), sampler)
+    text, ms = result.text, (time.perf_counter() - t0) * 1000
+    if result.abstained or text.rstrip() == ep.region.rstrip():
+        return ApiChoice("None", "stop", result.stats, ms)
+    if ep.region.endswith("\n") and not text.endswith("\n"):
+        text += "\n"  # the region's line end stays where it was
+    return ApiChoice(text, "stop", result.stats, ms)
+
+
+def _engine(inference: Inference):
+    if inference.engine is None:
+        raise ApiError(503, inference.load_error or "the model is still loading")
+    return inference.engine

@@ -1,0 +1,90 @@
+"""The LSP wire, below the handlers: the protocol class and the client log.
+
+The protocol class (1) answers a request whose params fail to deserialize with
+InvalidParams (-32602) and its id, where pygls 2.1 would drop it and leave the client
+waiting, (2) always negotiates UTF-16 columns, which the Session counts in, and (3) skips
+pygls' own copy of open documents, since the Session keeps them (with trees and histories).
+`ClientLog` forwards redraft's log records to the client as `window/logMessage`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCNotification
+from pygls.protocol.language_server import lsp_method
+
+
+class RedraftProtocol(LanguageServerProtocol):
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except Exception:
+            if "id" in data and "method" in data:
+                err = JsonRpcInvalidParams(f"invalid params for {data.get('method')}").to_response_error()
+                self._send_response(data["id"], error=err)
+            # Something handle_message ignores (an unknown notification), so the reader goes on.
+            return JsonRPCNotification(method="$/redraft/invalid", jsonrpc="2.0", params=None)
+
+    @lsp_method(T.INITIALIZE)
+    def lsp_initialize(self, params: T.InitializeParams):
+        # The session counts columns in UTF-16, which every client must accept; pygls would
+        # pick the client's first preference (Neovim offers UTF-8 first).
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            general.position_encodings = [T.PositionEncodingKind.Utf16]
+        return (yield from super().lsp_initialize(params))
+
+    # The Session owns open documents: only forward to the user handlers.
+    @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params):
+        if (h := self.fm.features.get(T.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield h, (params,), None
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params):
+        if (h := self.fm.features.get(T.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield h, (params,), None
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params):
+        if (h := self.fm.features.get(T.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield h, (params,), None
+
+
+class ClientLog(logging.Handler):
+    """Forwards redraft's own log records (not pygls', which logs every message it sends) to
+    the client as `window/logMessage`, from whichever thread logged them."""
+
+    LEVELS = {logging.ERROR: T.MessageType.Error, logging.WARNING: T.MessageType.Warning,
+              logging.INFO: T.MessageType.Info}
+
+    def __init__(self, server: LanguageServer, loop: asyncio.AbstractEventLoop, level: int = logging.INFO):
+        super().__init__(level)
+        self.server, self.loop = server, loop
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kind = self.LEVELS.get(record.levelno, T.MessageType.Log if record.levelno < logging.INFO
+                               else T.MessageType.Error)
+        params = T.LogMessageParams(type=kind, message=record.getMessage())
+        try:
+            self.loop.call_soon_threadsafe(self.server.window_log_message, params)
+        except RuntimeError:  # the loop has closed: nobody to tell
+            pass
+
+
+def as_plain(obj: Any) -> Any:
+    """Namedtuples (how pygls hands over unknown params) to dicts and lists."""
+    if hasattr(obj, "_asdict"):
+        return {k: as_plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, (list, tuple)):
+        return [as_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: as_plain(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,338 @@
+"""The Session: every piece of the server's mutable state, and the one keystroke path.
+
+It owns the open documents (text, tree, edit history, draft index, the suggestion last
+answered for type-through), the settings, the counters, the scheduler and the inference
+back end. Edit notifications only mutate it and return. `inline_completion` takes a frozen
+snapshot on the event loop (with the extra context and the drafts looked up there, where
+the documents are current), answers from the suggestion on screen when the user typed a
+prefix of it (no model run), and otherwise hands the snapshot to the scheduler, which
+runs the engine on its own executor. After an accept, the next completion is computed
+ahead of time at the end of the accepted text.
+
+It speaks in rows, character indices and UTF-16 columns, not in LSP message types: the
+LSP layer (lsp.py) converts at the edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from functools import partial
+
+from ..core import drafts as draft_index
+from ..core import extra, nextedit, settings
+from ..core.context import Draft, Mode, Snapshot, find_drafts, take_snapshot
+from ..core.document import Change, Document, body, utf16_len
+from ..core.history import EditHistory
+from ..core.inference import Inference, can_judge_edits, judge_edits
+from ..core.languages import syntax_for
+from ..core.postprocess import Edit
+from .scheduler import Scheduler
+from .stats import Counters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """What the client was last given for a document: the basis of type-through."""
+
+    row: int
+    left: str  # the cursor line left of the cursor, when it was answered
+    right: str
+    nlines: int
+    edit: Edit
+
+
+@dataclass(frozen=True)
+class InlineAnswer:
+    """An inline completion in LSP terms: replace (row, start)..(row, end) (UTF-16 columns)
+    with `text`."""
+
+    row: int
+    start: int
+    end: int
+    text: str
+
+
+@dataclass
+class DocState:
+    doc: Document
+    index: draft_index.DraftIndex
+    history: EditHistory = field(default_factory=EditHistory)
+    shown: Suggestion | None = None
+    expect: tuple[int, str, str] | None = None  # after an accept: (row, left, right) the buffer will show
+    event_before: list[str] | None = None  # the lines as they were when the newest edit event began
+    edits: tuple[int, list] | None = None  # (version, next-edit proposals) computed for that version
+    edit_timer: asyncio.TimerHandle | None = None  # the debounced next-edit computation
+    prefetch: tuple[int, int, int, asyncio.Future] | None = None  # (version, row, col, job) computed ahead
+
+    def on_change(self, change: Change) -> None:
+        self.index.replace_lines(change.line, change.old_lines,
+                                 self.doc.lines[change.line:change.line + change.new_lines])
+
+
+PREVIEW = "redraft/preview"  # the engine's text after each denoising step, for clients that ask
+EDIT_DEBOUNCE = 0.3  # seconds of quiet after an edit before next edits are computed ahead
+RECENT_REMOVED = 4  # recent edits whose removed text is searched for drafts
+
+
+class Session:
+    def __init__(self, config: settings.ServerConfig, inference: Inference, clock=time.monotonic):
+        self.config = config
+        self.inference = inference
+        self.clock = clock
+        self.docs: dict[str, DocState] = {}
+        self.stats = Counters()
+        self.scheduler = Scheduler(inference.executor)
+        self.definitions: extra.DefinitionCache = {}
+        # publish(method, params) sends a notification from any thread (set by the LSP layer)
+        self.publish = None
+
+    # -- settings ------------------------------------------------------------------------
+
+    def configure(self, options) -> tuple[list[str], bool]:
+        """Apply client settings; returns the problems found (those fields keep their values)
+        and whether the model, device or dtype changed (the caller then reloads)."""
+        new, problems = settings.parse(options, self.config)
+        old, self.config = self.config, new
+        return problems, (new.model, new.device, new.dtype) != (old.model, old.device, old.dtype)
+
+    def load_model(self) -> Future:
+        c = self.config
+        return self.inference.load(c.model, c.device, c.dtype)
+
+    # -- documents -----------------------------------------------------------------------
+
+    def open(self, uri: str, text: str, version: int, language_id: str) -> None:
+        doc = Document(uri, text, version, language_id, syntax_for(language_id, uri))
+        self.docs[uri] = DocState(doc, draft_index.DraftIndex(doc.lines))
+
+    def change(self, uri: str, version: int, changes) -> None:
+        st = self.docs.get(uri)
+        if st is None:
+            log.warning("change for %s, which is not open: ignored", uri)
+            return
+        if version <= st.doc.version:
+            # Applied anyway: the edits are the truth the client shows; only the number is off.
+            log.warning("%s: version %d after %d (out of order)", uri, version, st.doc.version)
+        now = self.clock()
+        lines_before = list(st.doc.lines)  # a shallow copy: what a new edit event started from
+        for change in st.doc.apply(changes, version, on_change=st.on_change):
+            if st.history.record(change, now):
+                st.event_before = lines_before
+        if st.expect is not None:
+            self._prefetch_if_accepted(uri, st)
+        self._debounce_edits(uri, st)
+
+    def close(self, uri: str) -> None:
+        st = self.docs.pop(uri, None)
+        if st is not None:
+            if st.edit_timer is not None:
+                st.edit_timer.cancel()
+            self.scheduler.supersede(uri)
+            self.scheduler.supersede(uri + "#edits")
+            self.inference.forget(uri)
+            self.definitions.pop(uri, None)
+
+    # -- completion ----------------------------------------------------------------------
+
+    async def inline_completion(self, uri: str, line: int, character: int) -> InlineAnswer | None:
+        self.stats.requests += 1
+        t0 = time.perf_counter()
+        st = self.docs.get(uri)
+        if st is None:
+            log.info("inline completion for %s, which is not open", uri)
+            return self._empty()
+        pos = st.doc.char_position(line, character)
+        if pos is None:
+            log.info("%s: position %d:%d is outside the document", uri, line, character)
+            return self._empty()
+        if not (self.config.enabled(st.doc.language_id) and self.config.enabled(st.doc.syntax.name)):
+            return self._empty()
+        pending = st.prefetch
+        if pending is not None and pending[:3] == (st.doc.version, *pos):
+            await asyncio.shield(pending[3])  # computed ahead after an accept: its answer is on screen next
+        snap = take_snapshot(st.doc, *pos, self.config)
+        edit = self._type_through(st, snap)
+        if edit is not None:
+            self.scheduler.supersede(uri)  # a newer request: whatever ran for the old text is stale
+            self.stats.type_through += 1
+        elif snap.mode is Mode.NONE:
+            self.scheduler.supersede(uri)
+            log.debug("%s: nothing to complete (%s)", uri, snap.reason)
+            return self._empty()
+        else:
+            done, answer = await self._run(st, snap)
+            if not done:
+                return None
+            edit = answer.edit
+            self.stats.engine_latencies.append((time.perf_counter() - t0) * 1000)
+        self.stats.latencies.append((time.perf_counter() - t0) * 1000)
+        if edit is None:
+            return self._empty()
+        self.stats.answered += 1
+        start = utf16_len(snap.left)
+        return InlineAnswer(snap.row, start, start + utf16_len(snap.right[:edit.replace]), edit.text)
+
+    async def _run(self, st: DocState, snap: Snapshot):
+        """Run the engine for a snapshot (latest wins); remember what it answered for type-through."""
+        uri = snap.uri
+        snap = self._enrich(st, snap)
+        on_preview = self._streamer(snap) if self.config.stream_previews and self.publish is not None else None
+        try:
+            done, answer = await self.scheduler.run(uri, partial(self.inference.answer, snap, on_preview=on_preview))
+        except asyncio.CancelledError:
+            self.stats.cancelled += 1
+            raise
+        if not done:
+            self.stats.cancelled += 1
+            return False, None
+        if answer.ran_model:
+            self.stats.model_runs += 1
+        self.stats.count_source(answer)
+        if answer.edit is not None and self.docs.get(uri) is st:  # it may have closed meanwhile
+            st.shown = Suggestion(snap.row, snap.left, snap.right, len(snap.lines), answer.edit)
+        return True, answer
+
+    def _enrich(self, st: DocState, snap: Snapshot) -> Snapshot:
+        """The snapshot with extra context and drafts, looked up while the documents are current."""
+        cfg = self.config
+        more = ""
+        if cfg.extra_context:
+            others = [o.doc for u, o in self.docs.items() if u != snap.uri]
+            budget = int(cfg.context_tokens * cfg.extra_share * 3)  # chars; build() checks tokens
+            more = extra.build(st.doc, others, st.history.recent(), snap.row, snap.col, budget, self.definitions)
+        found: tuple[Draft, ...] = ()
+        if cfg.drafts != "off":
+            found = self._drafts(st, snap)
+        return replace(snap, extra=more, drafts=found)
+
+    def _drafts(self, st: DocState, snap: Snapshot) -> tuple[Draft, ...]:
+        others = [(uri, o.index) for uri, o in self.docs.items() if uri != snap.uri]
+        recent = [(ev.removed, ev.first_line) for ev in st.history.recent()[-RECENT_REMOVED:]
+                  if len(ev.removed.strip()) >= draft_index.MIN_CHARS]  # text the user took out
+        return find_drafts(st.doc, st.index, snap.row, snap.col, snap.mode, self.config.max_lines, others, recent,
+                           self.config.max_drafts)
+
+    def _streamer(self, snap: Snapshot):
+        publish, uri, version = self.publish, snap.uri, snap.version
+        position = {"line": snap.row, "character": utf16_len(snap.left)}
+
+        def on_preview(text: str, step: int, masked: int) -> None:
+            publish(PREVIEW, {"uri": uri, "version": version, "position": position,
+                                      "step": step, "text": text, "masked": masked})
+        return on_preview
+
+    def _empty(self) -> None:
+        self.stats.empty += 1
+        return None
+
+    @staticmethod
+    def _type_through(st: DocState, snap: Snapshot) -> Edit | None:
+        """The rest of the suggestion on screen when the user typed a prefix of it."""
+        s = st.shown
+        if s is None or s.row != snap.row or s.nlines != len(snap.lines):
+            return None
+        left, right = snap.left, snap.right
+        if right != s.right or not left.startswith(s.left):
+            return None
+        typed = left[len(s.left):]
+        text = s.edit.text
+        if "\n" in typed or not text.startswith(typed) or len(typed) >= len(text):
+            return None
+        return Edit(text[len(typed):], s.edit.replace)
+
+    # -- next edits ----------------------------------------------------------------------
+
+    async def next_edits(self, uri: str, version: int | None = None) -> tuple[int, list]:
+        """(version, proposals) for the document as it is: the edits its newest edit event
+        implies elsewhere, judged by the model. Nothing for a stale version or no event."""
+        st = self.docs.get(uri)
+        if st is None or (version is not None and version != st.doc.version):
+            return (version or 0), []
+        if st.edits is not None and st.edits[0] == st.doc.version:
+            return st.edits
+        doc, events = st.doc, st.history.recent()
+        if not events or st.event_before is None:
+            return doc.version, []
+        at = doc.version
+        found = nextedit.candidates(st.event_before, doc, events[-1])
+        if found and can_judge_edits(self.inference.engine):
+            job = partial(judge_edits, self.inference.engine, tuple(doc.lines), found, events, self.config.edit_margin)
+            done, found = await self.scheduler.run(uri + "#edits", job)
+            if not done:
+                return at, []
+        st = self.docs.get(uri)
+        if st is None or st.doc.version != at:
+            return at, []  # the document moved on meanwhile: never answer for a stale version
+        st.edits = (at, found)
+        self.stats.edits_proposed += len(found)
+        return at, found
+
+    def _debounce_edits(self, uri: str, st: DocState) -> None:
+        """Compute next edits once the typing pauses (EDIT_DEBOUNCE s), ready for the request."""
+        if st.edit_timer is not None:
+            st.edit_timer.cancel()
+            st.edit_timer = None
+        if not self.config.next_edit:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        st.edit_timer = loop.call_later(EDIT_DEBOUNCE, lambda: loop.create_task(self._quiet_edits(uri)))
+
+    async def _quiet_edits(self, uri: str) -> None:
+        try:
+            await self.next_edits(uri)
+        except Exception:  # background work: log and count it, never break the session
+            log.exception("next edits for %s", uri)
+            self.stats.count_error("redraft/nextEditsAhead")
+
+    # -- feedback ------------------------------------------------------------------------
+
+    def shown(self) -> None:
+        self.stats.shown += 1
+
+    def accepted(self, uri: str | None = None) -> None:
+        """The accept command: count it and compute the next completion ahead of time at the end
+        of the accepted text (now if the buffer already shows it, else after the edit arrives)."""
+        self.stats.accepted += 1
+        st = self.docs.get(uri) if uri is not None else None
+        if st is None or st.shown is None:
+            return
+        s, st.shown = st.shown, None  # accepted text is in the buffer now
+        lines = (s.left + s.edit.text).split("\n")
+        st.expect = (s.row + len(lines) - 1, lines[-1], s.right[s.edit.replace:])
+        self._prefetch_if_accepted(uri, st)
+
+    def _prefetch_if_accepted(self, uri: str, st: DocState) -> None:
+        row, left, right = st.expect
+        if row >= len(st.doc.lines) or body(st.doc.lines[row]) != left + right:
+            return  # not (yet) what the accept produces; the next change checks again
+        st.expect = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        snap = take_snapshot(st.doc, row, len(left), self.config)
+        if snap.mode is Mode.NONE:
+            return
+        job = loop.create_task(self._run(st, snap))
+        st.prefetch = (st.doc.version, row, len(left), job)
+        self.stats.prefetched += 1
+
+    def partially_accepted(self) -> None:
+        self.stats.partially_accepted += 1
+
+    def snapshot_stats(self) -> dict:
+        self.stats.peak_in_flight = self.scheduler.peak_in_flight
+        d = self.stats.as_dict()
+        d["documents"] = len(self.docs)
+        d["model"] = None if self.inference.engine is None else self.inference.engine.name
+        d["model_error"] = self.inference.load_error
+        return d

@@ -1,0 +1,69 @@
+"""Local counters behind `redraft/stats`: requests, outcomes, user feedback, latency.
+
+Nothing here leaves the machine. Latency is kept for the last LATENCY_WINDOW answered
+requests (milliseconds from the request's arrival to its answer) and reported as p50/p95,
+for all of them and for those that waited for an engine run (not type-through).
+
+It knows nothing of LSP or the engine.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+LATENCY_WINDOW = 1000
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return s[k]
+
+
+@dataclass
+class Counters:
+    requests: int = 0  # inlineCompletion requests received
+    answered: int = 0  # answered with at least one item
+    empty: int = 0  # answered with an empty list (nothing worth showing, disabled, bad input)
+    cancelled: int = 0  # superseded by a newer request or cancelled by the client
+    errors: int = 0  # messages that failed inside the server (logged, answered empty)
+    errors_by_method: dict = field(default_factory=dict)  # LSP method -> errors
+    model_runs: int = 0  # engine calls that finished
+    type_through: int = 0  # answered from the suggestion on screen, no model run
+    shown: int = 0  # textDocument/didShowCompletion
+    accepted: int = 0  # the accept command
+    partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
+    peak_in_flight: int = 0  # most engine jobs queued or running for one document at once
+    prefetched: int = 0  # completions computed ahead of time after an accept
+    abstained: int = 0  # the model judged every candidate too unlikely to show
+    sources: dict = field(default_factory=dict)  # what answered: model / buffer / open / recent -> count
+    draft_tokens_kept: int = 0  # draft tokens the model kept, over all answers from drafts
+    edits_proposed: int = 0  # next edits proposed (after the model's judgement)
+    edits_shown: int = 0  # textDocument/didShowInlineEdit
+    edits_accepted: int = 0  # the accept-edit command
+    latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    engine_latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # those that ran it
+
+    def count_source(self, answer) -> None:
+        """Record where a finished engine (or draft-only) job's answer came from."""
+        if answer.abstained:
+            self.abstained += 1
+        elif answer.edit is not None and answer.source:
+            self.sources[answer.source] = self.sources.get(answer.source, 0) + 1
+            self.draft_tokens_kept += answer.kept
+
+    def count_error(self, method: str) -> None:
+        self.errors += 1
+        self.errors_by_method[method] = self.errors_by_method.get(method, 0) + 1
+
+    def as_dict(self) -> dict:
+        d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()
+             if k not in ("latencies", "engine_latencies")}
+        for name, values in (("latency_ms", self.latencies), ("engine_latency_ms", self.engine_latencies)):
+            lat = list(values)
+            d[name] = {"p50": round(percentile(lat, 0.5), 3), "p95": round(percentile(lat, 0.95), 3),
+                       "count": len(lat)}
+        return d

@@ -1,0 +1,281 @@
+"""`redraft eval infill`: metrics on hand-made strings, deterministic sampling, end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import tiny
+from redraft.server.eval import metrics, samples, syntax
+from redraft.server.core.settings import ServerConfig
+from redraft.server.core import context
+from redraft.server.eval.infill import FIELDS, RATES, answer_sample, parse_kinds, score, snapshot, summarize
+
+GEOMETRY = '''"""Shapes."""
+import math
+
+
+class Circle:
+    def __init__(self, radius):
+        self.radius = radius
+
+    def area(self):
+        # pi r squared
+        return math.pi * self.radius ** 2
+
+
+def total_area(shapes):
+    total = 0.0
+    for shape in shapes:
+        if shape.radius > 0:
+            total += shape.area()
+    return total
+'''
+
+ITEMS = '''# Items and names.
+name = "héllo wörld ✓"
+items = [1, 2, 3, 4]
+squares = [x * x for x in items if x % 2 == 0]
+r"raw string start"
+
+
+def describe(values):
+    text = ", ".join(str(v) for v in values)
+    print(f"values: {text}")
+    return len(text)
+'''
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval-src")
+    (root / "geometry.py").write_text(GEOMETRY, encoding="utf-8")
+    (root / "sub").mkdir()
+    (root / "sub" / "items.py").write_text(ITEMS, encoding="utf-8")
+    (root / "notes.txt").write_text("not python\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def sources(folder):
+    found, skipped = samples.load_sources(folder)
+    assert [s.path for s in found] == ["geometry.py", "sub/items.py"] and skipped == []
+    return found
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+def test_exact_match_per_kind():
+    assert metrics.exact_match("rest_of_line", "x + 1  ", "x + 1")
+    assert not metrics.exact_match("rest_of_line", "x + 2", "x + 1")
+    assert metrics.exact_match("next_line", "    y = 2   \n\n", "    y = 2")
+    assert not metrics.exact_match("next_line", "y = 2", "    y = 2")  # indentation counts
+    assert metrics.exact_match("block", "    a = 1  \n    b = 2\n\n", "    a = 1\n    b = 2")
+    assert not metrics.exact_match("block", "    a = 1\n", "    a = 1\n    b = 2")
+    assert metrics.exact_match("node", "f(a,  \n  b)", "f(a,\n  b)")
+    assert not metrics.exact_match("node", "f(a)\n", "f(a)")  # a trailing newline is not ignored
+
+
+def test_correct_prefix_and_edit_similarity():
+    assert metrics.correct_prefix("abcx", "abcd") == 0.75
+    assert metrics.correct_prefix("", "abcd") == 0.0
+    assert metrics.correct_prefix("abcdef", "abcd") == 1.0
+    assert metrics.edit_similarity("kitten", "sitting") == pytest.approx(1 - 3 / 7)
+    assert metrics.edit_similarity("", "") == 1.0
+    assert metrics.edit_similarity("", "abc") == 0.0
+    assert metrics.edit_similarity("same", "same") == 1.0
+
+
+def test_cut_at_the_end_of_each_unit():
+    assert metrics.cut("rest_of_line", "x + 1\ny = 2") == "x + 1"
+    assert metrics.cut("next_line", "    y = 2\n    z") == "    y = 2"
+    body = "        a = 1\n\n        b = 2\n    def g(self):\n        pass"
+    assert metrics.cut("block", body, header_indent=4) == "        a = 1\n\n        b = 2"
+    nine = "".join(f"    x{i} = {i}\n" for i in range(9))
+    assert metrics.cut("block", nine, header_indent=0) == "".join(f"    x{i} = {i}\n" for i in range(8))[:-1]
+    assert metrics.cut("node", "f(a)\nmore") == "f(a)\nmore"
+
+
+@pytest.mark.parametrize("kind,text,indent", [
+    ("rest_of_line", "x + 1\ny = 2", 0),
+    ("next_line", "    y = 2\n    z = 3\n", 0),
+    ("block", "        a = 1\n\n        b = 2\n    def g(self):\n        pass", 4),
+    ("block", "".join(f"    x{i} = {i}\n" for i in range(10)), 0),
+    ("block", "    a = 1\n    b = 2", 0),
+])
+def test_unit_ended_agrees_with_cut(kind, text, indent):
+    """Stopping at the first prefix where the unit has ended keeps the same cut as the whole text."""
+    final = metrics.cut(kind, text, indent)
+    for k in range(len(text) + 1):
+        if metrics.unit_ended(kind, text[:k], indent):
+            assert metrics.cut(kind, text[:k], indent) == final
+            break
+
+
+def test_syntax_valid_counts_new_errors_only():
+    text = "def f(x):\n    return x + 1\n"
+    start = text.index("x + 1")
+    end = start + len("x + 1")
+    assert syntax.count_errors(text) == 0
+    assert syntax.syntax_valid(text, start, end, "x * 2")
+    assert not syntax.syntax_valid(text, start, end, "x + (")
+    assert not syntax.syntax_valid(text, start, end, "x +")
+    broken = "def f(x):\n    return x + 1\ny = (\n"
+    assert syntax.count_errors(broken) > 0
+    assert syntax.syntax_valid(broken, start, end, "x - 1")  # errors already there do not count
+
+
+def test_node_spans_are_expressions_and_statements():
+    text = "total = compute(a, b) + 1\nif total > 10:\n    return total\n"
+    spans = {text[s:e] for s, e in syntax.node_spans(text)}
+    assert {"compute(a, b) + 1", "compute(a, b)", "(a, b)", "total > 10", "return total"} <= spans
+    unicode = 'x = f("é", y)\n'
+    assert '("é", y)' in {unicode[s:e] for s, e in syntax.node_spans(unicode)}
+
+
+# -- sampling --------------------------------------------------------------------------------
+
+def test_sampling_is_deterministic(sources):
+    for kind in samples.KINDS:
+        a = samples.draw(sources, kind, 5, seed=3)
+        assert a == samples.draw(sources, kind, 5, seed=3)
+        assert a, kind
+    assert samples.draw(sources, "rest_of_line", 5, 3) != samples.draw(sources, "rest_of_line", 5, 4)
+
+
+@pytest.mark.parametrize("kind", samples.KINDS)
+def test_samples_satisfy_the_filters_and_rebuild_the_file(sources, kind):
+    drawn = samples.draw(sources, kind, 50, seed=0)
+    assert len(drawn) == len({(s.file, s.start, s.end) for s in drawn})
+    for s in drawn:
+        text = sources[s.file].text
+        prefix, suffix = s.split(text)
+        assert prefix + s.expected + suffix == text
+        lines = text.split("\n")
+        line = lines[s.line]
+        assert sum(len(x) + 1 for x in lines[:s.line]) + s.col == s.start
+        if kind in ("rest_of_line", "next_line"):
+            assert samples.qualifies(line) and not line.lstrip().startswith(("#", '"', "'", 'r"'))
+            assert s.expected == line[s.col:] and "\n" not in s.expected
+        if kind == "rest_of_line":
+            indent = len(line) - len(line.lstrip())
+            assert indent + 2 <= s.col <= len(line.rstrip()) - 2
+        elif kind == "next_line":
+            assert s.col == 0 and s.expected == line
+        elif kind == "block":
+            header = max(i for i in range(s.line) if lines[i].strip())
+            assert lines[header].rstrip().endswith(":") and s.col == 0
+            assert s.header_indent == len(lines[header]) - len(lines[header].lstrip())
+            body = [x for x in s.expected.split("\n") if x.strip()]
+            assert 2 <= len(body) <= 8
+            assert all(len(x) - len(x.lstrip()) > s.header_indent for x in body)
+            after = next((x for x in suffix.split("\n")[1:] if x.strip()), None)
+            assert after is None or len(after) - len(after.lstrip()) <= s.header_indent
+        elif kind == "node":
+            assert 4 <= len(s.expected) <= 200 and s.expected.count("\n") <= 2
+            assert (s.start, s.end) in syntax.node_spans(text)
+
+
+def test_a_kind_does_not_depend_on_the_others(sources):
+    alone = samples.draw(sources, "block", 3, 1)
+    assert alone == samples.draw(sources, "block", 3, 1)
+    drawn = {k: samples.draw(sources, k, 3, 1) for k in ("node", "block")}
+    assert drawn["block"] == alone
+    assert parse_kinds("node, block,node") == ["node", "block"]
+    assert parse_kinds(None) == list(samples.KINDS)
+    with pytest.raises(ValueError):
+        parse_kinds("lines")
+
+
+# -- running: which completion path, and the report ------------------------------------------
+
+@pytest.fixture(scope="module")
+def ar_engine(tmp_path_factory):
+    from redraft.engine import Engine
+    return Engine.load(tiny.make_family(tmp_path_factory.mktemp("ar") / "ar", "redraft-ar", seed=5), dtype="float32")
+
+
+def test_causal_models_stop_at_the_end_of_the_unit(sources, ar_engine):
+    """With `stop`, decoding ends where the unit ends: same cut text, fewer forwards."""
+    fewer = 0
+    for s in samples.draw(sources, "next_line", 5, 0):
+        src = sources[s.file]
+        config = ServerConfig(drafts="off")
+        stopped = answer_sample(ar_engine, src, s, config)
+        snap, _ = snapshot(src, s, config)  # the same windows, without the unit-end stop
+        ctx = context.build(snap, ar_engine.count_tokens, ar_engine.context_budget(config.block_tokens))
+        full = ar_engine.infill(ctx.prefix, ctx.suffix, sampler=ar_engine.config.sampler.with_(span=ctx.span))
+        assert metrics.cut(s.kind, stopped.raw, s.header_indent) == metrics.cut(s.kind, full.text, s.header_indent)
+        assert stopped.stats.forwards <= full.stats.forwards
+        fewer += stopped.stats.forwards < full.stats.forwards
+    assert fewer > 0
+
+
+def test_score_and_summary():
+    src = samples.Source("a.py", "def f(x):\n    return x + 1\n")
+    start = src.text.index("x + 1")
+    s = samples.Sample("rest_of_line", 0, 1, start - 10, start, start + 5, "x + 1")
+    from redraft.engine import Stats
+    stats = Stats(total_ms=10.0, encode_ms=2.0, generate_ms=8.0, forwards=4, span_tokens=6)
+    good, bad = score(src, s, "x + 1\n# next", stats), score(src, s, "x + (", stats)
+    assert good.text == "x + 1" and good.exact_match and good.syntax_valid and good.correct_prefix == 1.0
+    assert not bad.exact_match and not bad.syntax_valid and bad.correct_prefix == 0.8
+    summary = summarize([good, bad])
+    assert summary["n"] == 2 and summary["exact_match"] == 0.5 and summary["syntax_valid"] == 0.5
+    assert summary["p50_ms"] == 10.0 and summary["tokens_per_forward"] == 1.5
+    assert summarize([])["exact_match"] is None
+
+
+# -- the command, as a user runs it ----------------------------------------------------------
+
+def redraft(*args):
+    return subprocess.run([sys.executable, "-m", "redraft.server.cli", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.parametrize("family", ["dream", "redraft-ar"])
+def test_eval_infill_json(tmp_path_factory, folder, family):
+    model = tiny.make_family(tmp_path_factory.mktemp("eval-model") / family, family)
+    out = redraft("eval", "infill", "--files", str(folder), "--model", str(model), "--limit", "3", "--json",
+                  "--dtype", "float32", "--seed", "1")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["files"] == 2 and rep["seed"] == 1 and rep["model"] == family
+    assert list(rep["kinds"]) == list(samples.KINDS)
+    for kind, s in rep["kinds"].items():
+        assert set(s) == set(FIELDS) | {"sources"}, kind
+        assert s["n"] == 3, kind
+        for rate in RATES:
+            assert 0.0 <= s[rate] <= 1.0, (kind, rate)
+        assert s["p95_ms"] >= s["p50_ms"] > 0 and s["forwards"] >= 1 and s["tokens_per_forward"] > 0
+        # one per token at most, plus judging the drafts and scoring the candidates
+        assert s["forwards"] <= samples.SPAN_BUDGET[kind] + 2
+
+
+def test_eval_infill_user_errors(folder, tmp_path):
+    out = redraft("eval", "infill", "--files", str(folder), "--kinds", "lines")
+    assert out.returncode == 2 and "unknown kind" in out.stderr and "Traceback" not in out.stderr
+    out = redraft("eval", "infill", "--files", str(tmp_path / "nowhere"))
+    assert out.returncode == 2 and "not a folder" in out.stderr
+    out = redraft("eval", "infill", "--files", str(tmp_path))
+    assert out.returncode == 2 and "no readable *.py files" in out.stderr
+    out = redraft("eval", "infill", "--files", str(folder), "--model", str(tmp_path))
+    assert out.returncode == 2 and "config.json" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_eval_next_edit_json(folder, tmp_path_factory):
+    out = redraft("eval", "next-edit", "--files", str(folder), "--no-model", "--limit", "5", "--json")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["model"] is None and rep["files"] == 2
+    rename = rep["kinds"]["rename_param"]
+    assert rename["n"] >= 1 and rename["precision"] == 1.0 and rename["recall"] == 1.0
+    assert rename["reversal_ratio"] == 0.0 and rename["p50_ms"] >= 0
+    model = tiny.make_family(tmp_path_factory.mktemp("ne") / "redraft", "redraft")
+    out = redraft("eval", "next-edit", "--files", str(folder), "--model", str(model), "--limit", "2",
+                  "--kinds", "rename_param", "--margin", "-100")
+    assert out.returncode == 0, out.stderr
+    assert "rename_param" in out.stdout and "precision" in out.stdout
+    out = redraft("eval", "next-edit", "--files", str(folder), "--kinds", "typo")
+    assert out.returncode == 2 and "unknown kind" in out.stderr

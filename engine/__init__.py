@@ -16,14 +16,16 @@ from . import prompt
 from .checkpoint import DEFAULT_MODEL, SHIPPED, pull, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
 from .engine import Engine, EngineInfo, InfillRequest
-from .errors import (Cancelled, CheckpointError, EngineError, InsufficientMemoryError, MissingFileError,
-                     ModelNotFoundError, NoMaskTokenError, ShapeMismatchError, UnknownModelTypeError)
+from .errors import (Cancelled, CheckpointError, CorruptFileError, EngineError, InsufficientMemoryError,
+                     InvalidConfigError, MissingFileError, ModelNotFoundError, NoMaskTokenError,
+                     NonFiniteWeightError, ShapeMismatchError, UnknownModelTypeError)
 from .result import CancelFlag, Completion, Preview, Stats
 
 __all__ = [
     "DEFAULT_MODEL", "SHIPPED", "pull", "resolve", "EngineConfig", "ModelConfig", "SamplerConfig", "Engine",
-    "EngineInfo", "InfillRequest", "Cancelled", "CheckpointError", "EngineError", "InsufficientMemoryError",
-    "MissingFileError", "ModelNotFoundError", "NoMaskTokenError", "ShapeMismatchError",
+    "EngineInfo", "InfillRequest", "Cancelled", "CheckpointError", "CorruptFileError", "EngineError",
+    "InsufficientMemoryError", "InvalidConfigError", "MissingFileError", "ModelNotFoundError", "NoMaskTokenError",
+    "NonFiniteWeightError", "ShapeMismatchError",
     "UnknownModelTypeError", "CancelFlag", "Completion", "Preview", "Stats",
     "prompt",
 ]

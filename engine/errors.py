@@ -23,12 +23,25 @@ class MissingFileError(CheckpointError):
     """A file the checkpoint needs (config.json, weights, tokenizer) is absent."""
 
 
+class CorruptFileError(CheckpointError):
+    """A checkpoint file is there but cannot be read as what it should be: a truncated or
+    garbled safetensors file, a tokenizer.json or index the libraries refuse."""
+
+
+class InvalidConfigError(CheckpointError):
+    """config.json is not valid JSON, lacks a key, or holds a value of the wrong type or range."""
+
+
 class UnknownModelTypeError(CheckpointError):
     """config.json names a model_type no loader knows."""
 
 
 class ShapeMismatchError(CheckpointError):
     """A tensor's shape disagrees with config.json, or names are missing / unexpected."""
+
+
+class NonFiniteWeightError(CheckpointError):
+    """A weight holds NaN or Inf (in the file, or once cast to the chosen dtype); names the tensor."""
 
 
 class NoMaskTokenError(CheckpointError):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from .errors import MissingFileError
+from .errors import CorruptFileError, MissingFileError
 
 
 class Tokenizer:
@@ -35,8 +35,18 @@ class Tokenizer:
         for name in ("special_tokens_map.json", "tokenizer_config.json"):
             f = folder / name
             if f.is_file():
-                config.update(json.loads(f.read_text(encoding="utf-8")))
-        return cls(HFTokenizer.from_file(str(path)), config)
+                try:
+                    value = json.loads(f.read_text(encoding="utf-8"))
+                except ValueError as e:  # JSON or UTF-8
+                    raise CorruptFileError(f"{f}: not valid JSON ({e})") from None
+                if not isinstance(value, dict):
+                    raise CorruptFileError(f"{f}: must hold a JSON object, not {type(value).__name__}")
+                config.update(value)
+        try:
+            tok = HFTokenizer.from_file(str(path))
+        except Exception as e:  # the tokenizers library raises plain Exception for a file it cannot read
+            raise CorruptFileError(f"{path}: not a tokenizer the tokenizers library can read ({e})") from None
+        return cls(tok, config)
 
     @property
     def vocab_size(self) -> int:

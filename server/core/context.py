@@ -13,6 +13,14 @@ Modes: LINE (finish the rest of the line), BLOCK (a new block body after ':' or 
 cursor, inside a string, inside a comment unless enabled, other text right of the cursor,
 binary-looking text): NONE answers nothing without running the model.
 
+Size: nothing here reads the whole document. A snapshot freezes only the lines within
+`snapshot_lines(config)` rows of the cursor (more than the windows can take: whole lines of at
+least one character each within the token budget, 3,074 each side at the default budget),
+and statement rows only there; the cursor line is examined at most LONG_LINE_CHARS each side
+of the cursor (binary text, open parentheses) and drafts match at most DRAFT_BEFORE_CHARS
+before it; a window made of one huge line is cut before it is tokenized. For documents of
+ordinary size the snapshot holds every line and nothing changes.
+
 It knows nothing of LSP messages or the engine beyond a token-counting function.
 """
 
@@ -20,15 +28,26 @@ from __future__ import annotations
 
 import bisect
 import enum
+import re
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable
 
 from . import drafts as draft_index
 from .document import Document, body, utf8_len
-from .languages import ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax, syntax_for
+from .languages import (ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax, children_in_rows,
+                        syntax_for)
 from .settings import ServerConfig
 
+_INDENT = re.compile(r"[ \t]*")
 CHARS_PER_TOKEN = 3.0  # first estimate for code; the window is then checked with the real tokenizer
+# The cursor line is examined this many characters each side of the cursor: a longer line is
+# minified or generated text, and scanning it per keystroke is what a 5 MB line must not cost.
+LONG_LINE_CHARS = 4096
+# A single piece (a line) longer than this many times its token budget in characters is cut
+# before the real tokenizer counts it: no code tokenizes at 24 characters per token.
+CUT_FACTOR = 8
+CUT_GRID = 64  # characters: where a prefix window that starts inside one long line may start
 
 
 class Mode(str, enum.Enum):
@@ -43,8 +62,8 @@ class Snapshot:
     uri: str
     version: int
     syntax: Syntax
-    lines: tuple[str, ...]
-    row: int
+    lines: tuple[str, ...]  # the document's rows first .. first + len(lines) - 1 (a window around the cursor)
+    row: int  # the cursor's row in the document
     col: int  # character index into the line body
     mode: Mode
     reason: str  # why this mode (for logs and tests)
@@ -53,14 +72,24 @@ class Snapshot:
     extra: str = ""  # extra context (extra.py), ahead of the prefix
     drafts: tuple[Draft, ...] = ()  # continuations of matching code, best first (drafts.py)
     anchors: tuple[int, ...] = ()  # rows where statements start (windows are cut there)
+    first: int = 0  # document row of lines[0]
+    nlines: int = -1  # lines in the document (-1: len(lines), the whole document)
 
-    @property
-    def left(self) -> str:
-        return body(self.lines[self.row])[:self.col]
+    def __post_init__(self) -> None:
+        if self.nlines < 0:
+            object.__setattr__(self, "nlines", self.first + len(self.lines))
 
-    @property
+    def line(self, row: int) -> str:
+        """Document row `row`, which must lie in the window."""
+        return self.lines[row - self.first]
+
+    @cached_property
+    def left(self) -> str:  # (cached: post-processing reads it after every denoising step)
+        return body(self.line(self.row))[:self.col]
+
+    @cached_property
     def right(self) -> str:
-        return body(self.lines[self.row])[self.col:]
+        return body(self.line(self.row))[self.col:]
 
 
 @dataclass(frozen=True)
@@ -82,7 +111,7 @@ class Context:
 
 
 def _indent(line: str) -> str:
-    return line[:len(line) - len(line.lstrip(" \t"))]
+    return _INDENT.match(line).group()
 
 
 def _binary(text: str) -> bool:
@@ -93,18 +122,24 @@ def _binary(text: str) -> bool:
 
 
 def _ancestors(doc: Document, row: int, col: int):
-    """(node, cursor byte) pairs from the smallest named node at the cursor up to the root."""
-    b, (r, bc) = doc.byte_point(row, col)
-    node = doc.tree.root_node.named_descendant_for_point_range((r, max(bc - 1, 0)), (r, bc))
+    """(node, cursor point) pairs from the smallest named node at the cursor up to the root
+    (points compare as byte offsets do, without summing the lines above)."""
+    bc = utf8_len(doc.lines[row][:col])
+    node = doc.tree.root_node.named_descendant_for_point_range((row, max(bc - 1, 0)), (row, bc))
     while node is not None:
-        yield node, b
+        yield node, (row, bc)
         node = node.parent
 
 
 def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mode, str, str]:
     """(mode, reason, header indentation) at a cursor inside `doc`."""
     line = doc.line_body(row)
-    left, right = line[:col], line[col:]
+    indent = _indent(line)
+    at = col
+    if len(line) > 2 * LONG_LINE_CHARS:  # minified or generated: only the text around the cursor counts
+        cut = max(0, col - LONG_LINE_CHARS)
+        line, at = line[cut:col + LONG_LINE_CHARS], col - cut
+    left, right = line[:at], line[at:]
     if _binary(line) or _binary(left[-200:]):
         return Mode.NONE, "binary", ""
     if right[:1].isalnum() or right[:1] == "_":
@@ -112,12 +147,12 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
     in_args = False
     if doc.tree is not None:
         for node, b in _ancestors(doc, row, col):
-            if node.type in COMMENT_TYPES and node.start_byte < b <= node.end_byte:
+            if node.type in COMMENT_TYPES and node.start_point < b <= node.end_point:
                 if not config.comments:
                     return Mode.NONE, "comment", ""
-            elif node.type in STRING_TYPES and node.start_byte < b < node.end_byte:
+            elif node.type in STRING_TYPES and node.start_point < b < node.end_point:
                 return Mode.NONE, "string", ""
-            elif node.type in ARGUMENT_TYPES and node.start_byte < b < node.end_byte:
+            elif node.type in ARGUMENT_TYPES and node.start_point < b < node.end_point:
                 in_args = True
     # An unclosed "(" parses as an ERROR node, not an argument list: the text tells then.
     in_args = in_args or _open_parens(left) > 0
@@ -129,11 +164,11 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
         if prev is not None and body(doc.lines[prev]).rstrip().endswith(openers):
             return Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev))
     if left.rstrip().endswith(openers) and (not rest or rest in ("}",)) and not in_args:
-        return Mode.BLOCK, "after a block opener", _indent(line)
+        return Mode.BLOCK, "after a block opener", indent
     if in_args:
-        return Mode.ARGS, "argument list", _indent(line)
+        return Mode.ARGS, "argument list", indent
     if only_closers:
-        return Mode.LINE, "rest of line", _indent(line)
+        return Mode.LINE, "rest of line", indent
     return Mode.NONE, "text right of the cursor", ""
 
 
@@ -175,25 +210,48 @@ def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra
     if asked is not None and (not asked.only_if_none or (mode is Mode.NONE and reason != "binary")):
         reason = f"{asked.reason}, {reason}" if asked.only_if_none else asked.reason
         mode, indent = asked.mode, _indent(doc.line_body(row)) if asked.header_indent is None else asked.header_indent
-    return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines), row, col, mode, reason, indent, config,
-                    extra, drafts, statement_rows(doc, row))
+    reach = snapshot_lines(config)
+    first, end = max(0, row - reach), min(len(doc.lines), row + reach + 1)
+    if first > 0 or end < len(doc.lines):
+        doc.note_limit("snapshot", f"over {reach} lines each side of the cursor: snapshots keep a window")
+    return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines[first:end]), row, col, mode, reason, indent,
+                    config, extra, drafts, statement_rows(doc, row, first=first, last=end), first, len(doc.lines))
+
+
+def snapshot_lines(config: ServerConfig) -> int:
+    """Lines each side of the cursor a snapshot keeps: more than `build` can take, which is whole
+    lines of at least one character (1 / CHARS_PER_TOKEN tokens by its estimate) within the
+    context budget, plus the cursor line's part and a last line without a terminator."""
+    return int(config.context_tokens * CHARS_PER_TOKEN) + 2
 
 
 DRAFT_CONTEXT_LINES = 8  # lines above the cursor a draft's match may reach back into
+# Characters before the cursor a draft's match may cover: matches past ~50 characters are
+# nearly always right already (drafts.py), and this keeps a 5 MB line from being compared.
+DRAFT_BEFORE_CHARS = 4096
 
 
-def find_drafts(doc: Document, index: draft_index.DraftIndex, row: int, col: int, mode: Mode, max_lines: int,
+def find_drafts(doc: Document, index: draft_index.DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
                 others: list[tuple[str, draft_index.DraftIndex]] = (),
                 recent: list[tuple[str, int]] = (), limit: int = 4) -> tuple[Draft, ...]:
     """Drafts for a cursor: continuations of the longest matches of the text before it in this
     document (`index`, kept in step with `doc`), in other open documents ((uri, index) pairs)
     and in recent snippets ((text, first row) pairs), ranked by drafts.lookup."""
-    left = body(doc.lines[row])[:col]
-    before = "".join(doc.lines[max(0, row - DRAFT_CONTEXT_LINES):row]) + left
+    line = doc.lines[row]
+    before = [line[max(0, col - DRAFT_BEFORE_CHARS):col]]
+    size = len(before[0])
+    for r in range(row - 1, max(-1, row - DRAFT_CONTEXT_LINES - 1), -1):
+        if size >= DRAFT_BEFORE_CHARS:
+            break
+        before.append(doc.lines[r])
+        size += len(doc.lines[r])
+    before = "".join(reversed(before))[-DRAFT_BEFORE_CHARS:]
     tree = doc.tree
-    kind = None if tree is None else draft_index.syntactic_kind(tree, row, utf8_len(left))
-    sources = [draft_index.DraftSource(index, "buffer", doc.uri, (row, col),
-                                       kind_at=None if tree is None else draft_index.tree_kind_at(tree, index))]
+    kind = None if tree is None else draft_index.syntactic_kind(tree, row, utf8_len(line[:col]))
+    sources = []
+    if index is not None:  # None: the document is too large to index (drafts.MAX_INDEX_BYTES)
+        sources.append(draft_index.DraftSource(index, "buffer", doc.uri, (row, col),
+                                               kind_at=None if tree is None else draft_index.tree_kind_at(tree, index)))
     sources += [draft_index.DraftSource(ix, "open", uri) for uri, ix in others]
     sources += [draft_index.recent_source(text, doc.uri, first) for text, first in recent]
     lines = max_lines if mode is Mode.BLOCK else 1
@@ -232,6 +290,10 @@ def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> st
         taken.append(p)
         est += cost
     text = "".join(reversed(taken) if from_end else taken)
+    most = int(budget * CHARS_PER_TOKEN) * CUT_FACTOR
+    if len(taken) == 1 and len(text) > most:  # one huge line: no need to tokenize all of it
+        text = text[_grid(len(text) - most):] if from_end else text[:most]
+        taken = [text]
     real = count(text)
     while real > budget and len(taken) > 1:  # the estimate was low: drop far lines proportionally
         taken = taken[:max(1, int(len(taken) * budget / real) - 1)]
@@ -239,8 +301,15 @@ def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> st
         real = count(text)
     if real > budget:  # one piece alone is too long (e.g. a 20k-character line): cut inside it
         keep = int(budget * CHARS_PER_TOKEN)
-        text = text[-keep:] if from_end else text[:keep]
+        text = text[_grid(len(text) - keep):] if from_end else text[:keep]
     return text
+
+
+def _grid(cut: int) -> int:
+    """`cut` rounded up to a multiple of CUT_GRID (0 if negative): a prefix window cut inside
+    one long line starts there, so its start stays put while the user types and the engine
+    reuses its keys/values."""
+    return -(-max(cut, 0) // CUT_GRID) * CUT_GRID
 
 
 def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None) -> Context:
@@ -254,18 +323,18 @@ def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None)
         total -= used
     suffix_budget = max(8, int(total * cfg.suffix_share))
     prefix_budget = max(8, total - suffix_budget)
-    lines, row = snap.lines, snap.row
-    line = lines[row]
+    lines, row, at = snap.lines, snap.row, snap.row - snap.first  # `at`: the cursor row in the window
+    line = lines[at]
     left, rest_of_line = line[:snap.col], line[snap.col:]
 
     def before():
         yield left
-        for r in range(row - 1, -1, -1):
+        for r in range(at - 1, -1, -1):
             yield lines[r]
 
     def after():
         yield rest_of_line
-        for r in range(row + 1, len(lines)):
+        for r in range(at + 1, len(lines)):
             yield lines[r]
 
     prefix = _fit(before(), prefix_budget, count, from_end=True)
@@ -307,16 +376,20 @@ def _nth_newline(text: str, n: int) -> int:
     return at
 
 
-def statement_rows(doc: Document, row: int, depth: int = 3) -> tuple[int, ...]:
+def statement_rows(doc: Document, row: int, depth: int = 3, first: int = 0, last: int | None = None
+                   ) -> tuple[int, ...]:
     """Rows where statements start: the top-level nodes, and down the nodes that hold `row`
-    (class, function, ...), their bodies' statements, `depth` levels deep."""
+    (class, function, ...), their bodies' statements, `depth` levels deep; only nodes that
+    reach into rows first..last (the snapshot's window) are visited."""
     if doc.tree is None:
         return ()
     rows: set[int] = set()
     node = doc.tree.root_node
     for _ in range(depth):
         holder = None
-        for child in node.named_children:
+        for child in children_in_rows(node, first, last):
+            if not child.is_named:
+                continue
             start, end = child.start_point[0], child.end_point[0]
             rows.add(start)
             if start < row <= end:

@@ -4,7 +4,13 @@ Edits arrive as LSP ranges in UTF-16 code units; the document turns them into Py
 character indices, applies them to its list of lines, tells the tree what moved
 (`tree.edit`, in UTF-8 bytes and byte columns) and re-parses incrementally, reading the
 text line by line through a callback so that a keystroke in a large file never re-encodes
-the whole file. Documents beyond MAX_PARSE_BYTES keep no tree (plain-text contexts).
+the whole file.
+
+Size: an edit costs the lines it touches (list splices aside, which are memmoves), and the
+document's size is kept per edit, never summed. Documents beyond MAX_PARSE_BYTES keep no
+tree (plain-text contexts); like every other size limit (drafts.MAX_INDEX_BYTES,
+extra.MAX_DOC_BYTES, nextedit's windows, context.SNAPSHOT_LINES), crossing it is logged
+once per document (`Document.note_limit`).
 
 Lines are split on "\\n" only and keep their terminator; a line's *body* drops "\\n" and a
 trailing "\\r". Out-of-range edit positions are clamped to the document, as editors do.
@@ -15,6 +21,7 @@ It knows nothing of models, requests or the LSP transport.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,7 +31,14 @@ from .languages import Syntax, new_parser
 
 log = logging.getLogger(__name__)
 
-MAX_PARSE_BYTES = 1 << 20  # larger documents get plain-text contexts: a parse could stall the loop
+_SURROGATE = re.compile("[\ud800-\udfff]")  # lone surrogates, which only a hostile client sends
+
+# Larger documents get plain-text contexts. A full parse runs on the event loop: ~180 ms for
+# 1 MB of stdlib Python on the 2-core development machine (once, on open or a large paste);
+# an incremental re-parse after a keystroke ~3 ms at 1 MB, ~7 ms when the edit changes how
+# the rest of the file parses (an unclosed bracket). Both are C work, bounded by this size.
+MAX_PARSE_BYTES = 1 << 20
+READ_CHUNK = 1 << 10  # bytes handed to the parser per read, about: a keystroke's re-parse reads ~100 times
 
 
 def split_lines(text: str) -> list[str]:
@@ -50,7 +64,15 @@ def utf16_to_index(s: str, units: int) -> int | None:
         return None
     if s.isascii():
         return units if units <= len(s) else None
-    n = 0
+    if _SURROGATE.search(s, 0, units) is None:
+        # The first `units` characters hold at least `units` UTF-16 units: encoding only those
+        # keeps a column on a very long line at C speed. A cut inside a pair leaves its high
+        # surrogate, which decodes as one character: the one after the pair.
+        head = s[:units].encode("utf-16-le")
+        if len(head) < 2 * units:
+            return None
+        return len(head[:2 * units].decode("utf-16-le", "surrogatepass"))
+    n = 0  # lone surrogates (which could pair up when encoded): count character by character
     for i, ch in enumerate(s):
         if n >= units:
             return i
@@ -81,6 +103,8 @@ class Document:
         self.syntax = syntax
         self.lines = split_lines(text)
         self._blen = [utf8_len(s) for s in self.lines]  # UTF-8 bytes per line, kept per edit
+        self._size = sum(self._blen)  # their sum, kept per edit
+        self._noted: set[str] = set()  # size limits already logged for this document
         self._parser = new_parser(syntax.grammar) if syntax.grammar is not None else None
         self.tree: tree_sitter.Tree | None = None
         self._reparse(full=True)
@@ -93,7 +117,15 @@ class Document:
 
     @property
     def size_bytes(self) -> int:
-        return sum(self._blen)
+        return self._size
+
+    def note_limit(self, what: str, message: str) -> bool:
+        """Log `message` the first time this document crosses the size limit `what`; True then."""
+        if what in self._noted:
+            return False
+        self._noted.add(what)
+        log.info("%s: %s", self.uri, message)
+        return True
 
     def line_body(self, row: int) -> str:
         return body(self.lines[row])
@@ -128,6 +160,7 @@ class Document:
                 old = self.text
                 self.lines = split_lines(text)
                 self._blen = [utf8_len(s) for s in self.lines]
+                self._size = sum(self._blen)
                 applied.append(Change(0, old.count("\n") + 1, len(self.lines), old, text))
                 full = True
             else:
@@ -173,17 +206,34 @@ class Document:
         if new[-1] == "" and el + 1 < len(lines):
             new.pop()  # `tail` ended with "\n": the next line is untouched, not a new empty one
         lines[sl:el + 1] = new
-        self._blen[sl:el + 1] = [utf8_len(s) for s in new]
+        blen = [utf8_len(s) for s in new]
+        self._size += sum(blen) - sum(self._blen[sl:el + 1])
+        self._blen[sl:el + 1] = blen
         return Change(sl, el - sl + 1, len(new), removed, text)
 
     def _read(self, _byte: int, point: tuple[int, int]) -> bytes:
+        """The text from `point` on, for the parser: the rest of its line and the next lines up
+        to READ_CHUNK bytes (fewer calls back into Python than a line per read)."""
         row, col = point
-        if row >= len(self.lines):
+        lines = self.lines
+        if row >= len(lines):
             return b""
-        return self.lines[row].encode("utf-8")[col:]
+        out = lines[row].encode("utf-8")[col:]
+        if len(out) >= READ_CHUNK:
+            return out
+        parts, size = [out], len(out)
+        for r in range(row + 1, min(len(lines), row + READ_CHUNK)):
+            parts.append(lines[r].encode("utf-8"))
+            size += len(parts[-1])
+            if size >= READ_CHUNK:
+                break
+        return b"".join(parts)
 
     def _reparse(self, full: bool) -> None:
-        if self._parser is None or self.size_bytes > MAX_PARSE_BYTES:
+        if self._parser is None:
+            return
+        if self._size > MAX_PARSE_BYTES:
+            self.note_limit("parse", f"over {MAX_PARSE_BYTES >> 20} MB: no syntax tree, plain-text contexts")
             self.tree = None
             return
         old = None if full else self.tree

@@ -15,11 +15,20 @@ the characters its keys reach back into changed); filed positions of replaced li
 dropped lazily, and rows are refreshed lazily after lines were inserted or removed, so an
 edit never re-hashes the file.
 
+Size: filing costs ~0.75 s per MB of code on the 2-core development machine (stdlib Python),
+so it is bounded per call: given `file_chars`, the constructor and `replace_lines` file that
+many characters of new lines now and leave the rest pending; `file_pending` files the next
+slice (the server runs one per event-loop turn) and `find` sees only what is filed so far.
+Without `file_chars` everything is filed at once. The server keeps no index for documents
+over MAX_INDEX_BYTES (drafts then come from other open documents and recent edits).
+
 It knows nothing of LSP, models or requests; tree-sitter only through `syntactic_kind`.
 """
 
 from __future__ import annotations
 
+import struct
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,18 +47,31 @@ MIN_CHARS = 6
 # Live positions examined per find, newest filed first. Only boilerplate keys (indentation
 # plus one letter, "======") hold more; on stdlib code the cap costs no exact continuation.
 SCAN_CAP = 512
+# Documents over this many bytes get no index: filing 1 MB costs ~0.75 s of event-loop time
+# (in slices) and its buckets hold several bytes per character of text.
+MAX_INDEX_BYTES = 1 << 20
+# Characters filed per call when the caller bounds it: ~2,000 lines of typical code (so an
+# ordinary document is indexed whole on open), ~45 ms.
+FILE_NOW_CHARS = 64 << 10
+# Characters filed per later slice, ~3 ms: a message waits for at most one slice at each of the
+# few event-loop turns it takes to read and answer.
+FILE_SLICE_CHARS = 4 << 10
 SAME_KIND_BONUS = 8.0  # a candidate in the cursor's syntactic kind counts as this many chars longer
 SOURCE_RANK = {"buffer": 0, "recent": 1, "open": 2}
 _WS = " \t\r\n\f\v"
 _FAR = 1 << 30  # distance of a candidate from another document
+_COLUMN = (1 << 32) - 1  # the column bits of a bucket entry
+_pack = struct.Struct("=q").pack  # one bucket entry, as memoryview.cast("q") reads it
+_ENTRY = 8  # bytes
 
 
 class _Line:
-    __slots__ = ("text", "row", "alive")
+    __slots__ = ("text", "row", "uid", "alive")
 
-    def __init__(self, text: str, row: int):
+    def __init__(self, text: str, row: int, uid: int):
         self.text = text
         self.row = row
+        self.uid = uid  # its number in bucket entries
         self.alive = True
 
 
@@ -81,15 +103,20 @@ def _common_suffix(a: str, b: str) -> int:
 class DraftIndex:
     """Incremental index of one document's lines (each keeps its "\\n"; the last has none)."""
 
-    def __init__(self, lines: Sequence[str]) -> None:
-        self._lines = [_Line(t, i) for i, t in enumerate(lines or [""])]
+    def __init__(self, lines: Sequence[str], file_chars: int | None = None) -> None:
+        self._uid = 0
+        self._live: dict[int, _Line] = {}  # uid -> line, for lines still in the document
+        self._lines = [self._new(t, i) for i, t in enumerate(lines or [""])]
         self._stale_from = len(self._lines)  # rows from here on may be out of date
-        self._buckets: dict[str, list] = {}  # key -> [line, col, line, col, ...]
+        # key -> entries (line uid << 32 | column) packed as native int64, oldest first. A
+        # bytearray holds no references, so the garbage collector neither tracks nor counts it:
+        # a megabyte of code files ~150k keys, and as lists they set off a full collection
+        # (~150 ms in the server) every ~0.5 s while filing and slowed every later one.
+        self._buckets: dict[str, bytearray] = {}
         self._limits: dict[str, int] = {}  # bucket length that triggers dropping dead entries
-        ctx = ""
-        for ln in self._lines:
-            self._file(ln, ctx)
-            ctx = (ctx + ln.text)[-KEY_CHARS:]
+        self._pending: deque[_Line] = deque()  # lines not filed yet, in document order
+        self.filed_chars = 0  # characters of lines filed so far (the work done, for callers' budgets)
+        self._file_lines(0, self._lines, "", file_chars)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -103,6 +130,20 @@ class DraftIndex:
     def text(self) -> str:
         return "".join(ln.text for ln in self._lines)
 
+    def positions(self) -> tuple[int, int]:
+        """(live, filed) positions in the buckets: filed ones of replaced lines are dropped lazily."""
+        live = total = 0
+        for b in self._buckets.values():
+            with memoryview(b) as mv, mv.cast("q") as entries:
+                total += len(entries)
+                live += sum(1 for x in entries if x >> 32 in self._live)
+        return live, total
+
+    @property
+    def pending(self) -> int:
+        """Lines not filed yet (some may have been replaced since)."""
+        return len(self._pending)
+
     def continuation(self, row: int, col: int, lines: int = 1) -> str:
         """The rest of line `row` from `col`, plus the next `lines - 1` lines, without terminators."""
         end = min(row + max(lines, 1), len(self._lines))
@@ -112,35 +153,72 @@ class DraftIndex:
 
     # -- editing -------------------------------------------------------------------------
 
-    def replace_lines(self, start: int, old_count: int, new_lines: Sequence[str]) -> None:
-        """Lines start .. start+old_count-1 became `new_lines`."""
+    def replace_lines(self, start: int, old_count: int, new_lines: Sequence[str],
+                      file_chars: int | None = None) -> None:
+        """Lines start .. start+old_count-1 became `new_lines`; at most `file_chars` characters
+        of them are filed now (all when None), the rest wait for `file_pending`."""
         lines = self._lines
         if not (0 <= start <= len(lines) and 0 <= old_count <= len(lines) - start):
             raise ValueError(f"lines {start}+{old_count} outside a document of {len(lines)}")
         end = start + old_count
         old_ctx = self._context(end)
         for ln in lines[start:end]:
-            ln.alive = False
-        new = [_Line(t, start + i) for i, t in enumerate(new_lines)]
+            self._kill(ln)
+        new = [self._new(t, start + i) for i, t in enumerate(new_lines)]
         lines[start:end] = new
         if len(new) != old_count:
             self._stale_from = min(self._stale_from, start + len(new))
-        ctx = self._context(start)
-        for ln in new:
-            self._file(ln, ctx)
-            ctx = (ctx + ln.text)[-KEY_CHARS:]
+        ctx = self._file_lines(start, new, self._context(start), file_chars)
         if ctx == old_ctx:
             return
         # The keys of the first positions of the following lines reach into the changed text.
         row, reach = start + len(new), 0
         while row < len(lines) and reach < KEY_CHARS:
             old = lines[row]
-            old.alive = False
-            ln = lines[row] = _Line(old.text, row)
+            self._kill(old)
+            ln = lines[row] = self._new(old.text, row)
             self._file(ln, ctx)
             ctx = (ctx + ln.text)[-KEY_CHARS:]
             reach += len(ln.text)
             row += 1
+
+    def _file_lines(self, start: int, new: list[_Line], ctx: str, budget: int | None) -> str:
+        """File `new` (rows start..) within `budget` characters, the rest pending; returns the
+        last KEY_CHARS characters of `new` after `ctx`."""
+        if budget is None:
+            for ln in new:
+                self._file(ln, ctx)
+                ctx = (ctx + ln.text)[-KEY_CHARS:]
+            return ctx
+        for i, ln in enumerate(new):
+            if budget <= 0:
+                self._pending.extend(new[i:])
+                return self._context(start + len(new))
+            self._file(ln, ctx)
+            budget -= len(ln.text)
+            ctx = (ctx + ln.text)[-KEY_CHARS:]
+        return ctx
+
+    def file_pending(self, max_chars: int = FILE_SLICE_CHARS) -> bool:
+        """File pending lines, about `max_chars` characters of them; True while some remain."""
+        pending = self._pending
+        while pending and max_chars > 0:
+            ln = pending.popleft()
+            if not ln.alive:
+                continue  # replaced meanwhile: its replacement was filed (or queued) then
+            row = self._row(ln)
+            self._file(ln, self._context(row))
+            max_chars -= len(ln.text)
+        return bool(pending)
+
+    def _new(self, text: str, row: int) -> _Line:
+        self._uid += 1
+        ln = self._live[self._uid] = _Line(text, row, self._uid)
+        return ln
+
+    def _kill(self, ln: _Line) -> None:
+        ln.alive = False
+        del self._live[ln.uid]
 
     def _context(self, row: int) -> str:
         """The last KEY_CHARS characters before line `row`."""
@@ -152,10 +230,12 @@ class DraftIndex:
 
     def _file(self, ln: _Line, ctx: str) -> None:
         t = ln.text
+        self.filed_chars += len(t)
         s = ctx + t
         shift = len(ctx)  # s index of column 0
         last = len(t) - 1 if t.endswith("\n") else len(t)  # a position after "\n" is the next row's 0
-        buckets, limits = self._buckets, self._limits
+        buckets, limits, live = self._buckets, self._limits, self._live
+        uid = ln.uid << 32
         for c in range(max(1, KEY_CHARS - shift), last + 1):
             e = shift + c
             if s[e - 1] in _WS:
@@ -163,13 +243,13 @@ class DraftIndex:
             key = s[e - KEY_CHARS:e]
             b = buckets.get(key)
             if b is None:
-                buckets[key] = [ln, c]
+                buckets[key] = bytearray(_pack(uid | c))
                 continue
-            b.append(ln)
-            b.append(c)
-            if len(b) > limits.get(key, 32):
-                b[:] = [x for i in range(0, len(b), 2) if b[i].alive for x in b[i:i + 2]]
-                limits[key] = max(32, 2 * len(b))
+            b += _pack(uid | c)
+            if len(b) > limits.get(key, 16 * _ENTRY):
+                with memoryview(b) as mv, mv.cast("q") as entries:
+                    b = buckets[key] = bytearray(b"".join(_pack(x) for x in entries if x >> 32 in live))
+                limits[key] = max(16 * _ENTRY, 2 * len(b))
 
     def _row(self, ln: _Line) -> int:
         lines = self._lines
@@ -200,17 +280,26 @@ class DraftIndex:
         if not bucket:
             return []
         need = max(min_chars, KEY_CHARS)
+        parts = split_lines(anchor)
+        with memoryview(bucket) as mv, mv.cast("q") as entries:
+            found = self._scan(entries, anchor, ws, parts, exclude, need, ignore_indent)
+        found.sort()
+        return [Match(r, c, -m) for m, _, r, c in found[:limit]]
+
+    def _scan(self, entries, anchor: str, ws: str, parts: list[str], exclude: tuple[int, int] | None,
+              need: int, ignore_indent: bool) -> list[tuple[int, int, int, int]]:
+        """(-matched, distance, row, col) of the live entries of a bucket that match well enough."""
         tail, floor = anchor[-need:], len(ws) + need
         probe = anchor[-KEY_CHARS - 1] if len(anchor) > KEY_CHARS else None
-        parts = split_lines(anchor)
         lines, n = self._lines, len(self._lines)
         near = exclude[0] if exclude else 0
-        found: list[tuple[int, int, int, int]] = []  # (-matched, distance, row, col)
-        live = 0
-        it = reversed(bucket)
-        for c, ln in zip(it, it):  # newest filed first: recently edited lines are near the cursor
-            if not ln.alive:
-                continue
+        found: list[tuple[int, int, int, int]] = []
+        live, by_uid = 0, self._live
+        for entry in reversed(entries):  # newest filed first: recently edited lines are near the cursor
+            ln = by_uid.get(entry >> 32)
+            if ln is None:
+                continue  # replaced since
+            c = entry & _COLUMN
             live += 1
             if live > SCAN_CAP:
                 break
@@ -232,8 +321,7 @@ class DraftIndex:
                 m = len(ws) + self._extend(parts, row, c, ignore_indent)
             if m >= floor:
                 found.append((-m, abs(pos[0] - near), *pos))
-        found.sort()
-        return [Match(r, c, -m) for m, _, r, c in found[:limit]]
+        return found
 
     def _follow(self, row: int, col: int, ws: str) -> tuple[int, int] | None:
         """The position after `ws` when it follows (row, col), else None."""

@@ -10,6 +10,10 @@ The extra segment comes first in the sequence, so any change to it costs the who
 context's keys/values: everything here is chosen to stay the same while the user types
 (sorted, built from whole definitions, recomputed per document version and cached).
 
+Size: a document over MAX_DOC_BYTES contributes no definitions (and, at the cursor, filters
+none out), logged once per document; an edit event shows at most the engine's EVENT_LINES
+lines a side, and only those are read, so a 5 MB paste costs no more than a keystroke.
+
 Runs on the event loop, where documents are current; knows nothing of LSP or the engine.
 """
 
@@ -26,9 +30,17 @@ from .history import EditEvent
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLAIN_DEF = re.compile(r"^[ \t]*(?:async\s+)?(?:def|class|function|func|fn|struct|interface|type)\s+([A-Za-z_]\w*)")
 NEAR_LINES = 20  # names used in this many lines above the cursor (and left of it) count
+NEAR_CHARS = 8 << 10  # ... within this many characters before the cursor
+# Characters of an edit event's side that are rendered at most: more than half the largest
+# extra-context budget (32k tokens, ~98k characters), so a history holding such an event is
+# dropped either way; a 5 MB single-line paste is then not copied per request.
+SHOWN_CHARS = 64 << 10
 DEF_LINES = 4  # lines of a definition shown
 MAX_DEFS = 6
-MAX_DOC_BYTES = 1 << 20  # other documents larger than this are not scanned
+# Documents larger than this are not scanned for definitions. The cursor's own document is
+# rescanned on every keystroke (its version changes): ~5 ms at 256 KB of stdlib Python on the
+# 2-core development machine, ~21 ms at 1 MB.
+MAX_DOC_BYTES = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,9 @@ def definitions(doc: Document, cache: DefinitionCache) -> dict[str, Definition]:
     if hit is not None and hit[0] == doc.version:
         return hit[1]
     out: dict[str, Definition] = {}
-    if doc.size_bytes <= MAX_DOC_BYTES:
+    if doc.size_bytes > MAX_DOC_BYTES:
+        doc.note_limit("definitions", f"over {MAX_DOC_BYTES >> 10} KB: no definitions read from it")
+    else:
         rows = _tree_rows(doc) if doc.tree is not None else _plain_rows(doc)
         for name, row in rows:
             if name not in out:
@@ -81,9 +95,21 @@ def _plain_rows(doc: Document):
 
 
 def names_near(doc: Document, row: int, col: int) -> set[str]:
-    lines = [doc.line_body(r) for r in range(max(0, row - NEAR_LINES), row)]
-    lines.append(doc.line_body(row)[:col])
-    return set(NAME.findall("\n".join(lines)))
+    """Names in the NEAR_LINES lines above the cursor and left of it, in at most NEAR_CHARS
+    characters of them (a longer stretch is minified text: only its end counts)."""
+    parts = [doc.lines[row][max(0, col - NEAR_CHARS):col]]
+    size = len(parts[0])
+    for r in range(row - 1, max(-1, row - NEAR_LINES - 1), -1):
+        if size >= NEAR_CHARS:
+            break
+        line = doc.lines[r]
+        parts.append(line[-NEAR_CHARS:])
+        size += len(parts[-1])
+    text = "".join(reversed(parts))
+    if size > NEAR_CHARS:  # not from a name's middle
+        text = text[-NEAR_CHARS:]
+        text = text[len(text) - len(text.lstrip("0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")):]
+    return set(NAME.findall(text))
 
 
 def finished_history(events: list[EditEvent], cursor_row: int) -> str:
@@ -97,7 +123,21 @@ def finished_history(events: list[EditEvent], cursor_row: int) -> str:
 
 def edit_history(events: list[EditEvent]) -> str:
     """Edit events, oldest first, in the engine's prompt format."""
-    return prompt.render_history([(ev.removed, ev.inserted) for ev in events])
+    return prompt.render_history([(_shown(ev.removed), _shown(ev.inserted)) for ev in events])
+
+
+def _shown(text: str) -> str:
+    """What render_history reads of one side of an event: its first EVENT_LINES lines, plus a
+    stand-in line after them when more than whitespace follows, so a huge paste is never split
+    into lines whole; and at most SHOWN_CHARS characters of them."""
+    end = -1
+    for _ in range(prompt.EVENT_LINES):
+        end = text.find("\n", end + 1, SHOWN_CHARS + 1)
+        if end < 0:
+            return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS]
+    if end + 1 == len(text):
+        return text
+    return text[:end + 1] + ("" if text.isspace() else ".")
 
 
 def build(doc: Document, others: list[Document], events: list[EditEvent], row: int, col: int,

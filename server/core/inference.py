@@ -3,7 +3,8 @@
 Inference owns the loaded Engine and the executor that every engine call runs on (never
 pygls' thread pool, which also serves the stdin reader). One worker keeps engine calls
 serial, so the engine's per-document key/value caches need no locks. `load` swaps in a
-new model in the background and keeps the old one when loading fails.
+new model in the background and keeps the old one when loading fails (every failure,
+typed or not, ends in `load_error`, one sentence naming the problem and what is served).
 
 One completion pipeline for every front end: `answer` (the LSP job, `redraft complete`,
 `redraft eval infill`, the HTTP API): context windows, one `engine.infill` seeded with the
@@ -65,18 +66,29 @@ class Inference:
     def _load(self, model: str | None, device: str, dtype: str) -> str | None:
         key = (model, device, dtype)
         if self.loaded == key and self.engine is not None:
+            self.load_error = None  # back to the model that is loaded
             return None
         t0 = time.perf_counter()
         try:
             engine = Engine.load(model or DEFAULT_MODEL, device=device, dtype=dtype)
-        except (EngineError, ValueError, OSError, RuntimeError) as e:
-            self.load_error = f"could not load model {model or DEFAULT_MODEL!r}: {e}"
-            log.error("%s", self.load_error)
-            return self.load_error
+        except (EngineError, ValueError, OSError, RuntimeError) as e:  # typed: the message names the problem
+            return self._failed(model, str(e))
+        except Exception as e:  # a checkpoint no check foresaw: the server still keeps what it has
+            log.exception("loading %r", model or DEFAULT_MODEL)
+            return self._failed(model, f"{type(e).__name__}: {e}")
         _warm_up(engine)
         self.engine, self.loaded, self.load_error = engine, key, None
         log.info("loaded %s on %s in %.0f ms", engine.name, device, (time.perf_counter() - t0) * 1000)
         return None
+
+    def _failed(self, model: str | None, why: str) -> str:
+        """Keep the engine there is; the error (for stats, the client's one message, the HTTP
+        API's 503) says what failed and what is served meanwhile."""
+        keeping = (f"still serving {self.engine.name!r}" if self.engine is not None
+                   else "no model is loaded")
+        self.load_error = f"could not load model {model or DEFAULT_MODEL!r}: {why}; {keeping}"
+        log.error("%s", self.load_error)
+        return self.load_error
 
     def forget(self, uri: str) -> None:
         """Drop a closed document's keys/values (on the executor, where the engine lives)."""

@@ -121,6 +121,32 @@ def walk(node: tree_sitter.Node, enter: Callable[[tree_sitter.Node], bool] | Non
         stack.extend(n.children if enter is None else (c for c in n.children if enter(c)))
 
 
+def children_in_rows(node: tree_sitter.Node, first: int = 0, last: int | None = None
+                     ) -> Iterator[tree_sitter.Node]:
+    """The children of `node` that reach into rows first..last, in order. A tree cursor skips
+    to the first of them, so a module of many statements costs only those in the rows."""
+    cursor = node.walk()
+    if cursor.goto_first_child_for_point((max(first, 0), 0)) is None:
+        return
+    while True:
+        child = cursor.node
+        if last is not None and child.start_point[0] > last:
+            return
+        yield child
+        if not cursor.goto_next_sibling():
+            return
+
+
+def walk_rows(node: tree_sitter.Node, first: int, last: int) -> Iterator[tree_sitter.Node]:
+    """`node` and every node below it that reaches into rows first..last, depth first: `walk`
+    bounded to a window of rows, whatever the size of the tree."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(list(children_in_rows(n, first, last))))
+
+
 def count_errors(tree: tree_sitter.Tree) -> int:
     """ERROR plus MISSING nodes, visiting only subtrees that contain an error."""
     return sum(1 for node in walk(tree.root_node, lambda c: c.has_error or c.is_missing)

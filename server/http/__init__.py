@@ -1,3 +1,4 @@
-"""The HTTP front (`redraft serve --http`): app.py (Starlette routes, streaming, auth),
-engine.py (requests to snapshots, through the core's completion pipeline), templates.py
-(FIM prompt families and request parameters)."""
+"""The HTTP front (`redraft serve --http`): app.py (Starlette routes, streaming, auth, the one
+error boundary), engine.py (requests to snapshots, through the core's completion pipeline),
+templates.py (FIM prompt families and request parameters), stats.py (the counters behind
+GET /v1/redraft/stats)."""

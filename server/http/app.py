@@ -13,6 +13,7 @@ the Inference: one engine, one model in memory, one executor every engine call r
   POST /v1/edit/completions Inception next edit: a chat body whose user message holds
                             Mercury's prompt tags; the rewritten code_to_edit region, or "None"
   GET  /v1/models
+  GET  /v1/redraft/stats    the HTTP side's counters (stats.py), with `model` and `model_error`
 
 A completion goes the LSP server's way: prefix and suffix become a document with the cursor
 between them, a snapshot (the mode at the cursor, except that "nothing" becomes LINE: an HTTP
@@ -30,11 +31,14 @@ stream). `diffusing: true` (implies streaming) sends the engine's whole draft af
 denoising step, Mercury's way: each chunk replaces the last; the last holds the final text.
 Errors are JSON in each family's shape: bad JSON or fields 400, missing or wrong bearer token
 401, unknown model 404 (with the available names), body over `max_body` 413, a body slower
-than BODY_TIMEOUT_S 408, no model 503. A client that disconnects sets its job's CancelFlag:
-a queued job never starts, a running one stops at the next denoising step. Answers that are
-not streamed say the engine's share in a `Server-Timing: engine;dur=MS` header.
+than `body_timeout` 408, no model 503. One boundary (`_Api.route`) holds every route: anything
+else, before or during a stream, is logged, counted for the route (`errors_by_route`) and
+answered 500 in the family's shape (an error event once a stream has started), never with a
+traceback. A client that disconnects sets its job's CancelFlag: a queued job never starts, a
+running one stops at the next denoising step (`cancelled`; `jobs_queued`, `jobs_running` go
+back to 0). Answers not streamed say the engine's share in a `Server-Timing: engine;dur=MS` header.
 
-It knows nothing of LSP; the engine side (snapshots, engine calls) is http_engine.py.
+It knows nothing of LSP; the engine side (snapshots, engine calls) is engine.py.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ from redraft.engine import DEFAULT_MODEL, SHIPPED, CancelFlag, Cancelled, Engine
 from ..core.inference import Inference
 from ..core.settings import ServerConfig
 from . import templates
-from .engine import ApiChoice, ApiError, complete_fim, fim_snapshot, rewrite
+from .engine import ApiChoice, ApiError, complete_fim, rewrite
+from .stats import HttpCounters
 
 
 log = logging.getLogger(__name__)
@@ -69,6 +74,7 @@ log = logging.getLogger(__name__)
 MAX_BODY = 1 << 20  # bytes; Zed's prompts are a few kB
 BODY_TIMEOUT_S = 10.0
 OLLAMA, OPENAI = "ollama", "openai"
+INTERNAL = "internal error (see the server's log)"
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                405: "invalid_request_error", 408: "timeout_error", 413: "request_too_large", 500: "server_error",
                503: "unavailable"}
@@ -82,47 +88,89 @@ class _Gone(Exception):
 
 
 def build_app(inference: Inference, config: ServerConfig, token: str | None = None,
-              max_body: int = MAX_BODY) -> Starlette:
-    """The ASGI app. With a `token`, every request must carry `Authorization: Bearer TOKEN`."""
-    api = _Api(inference, config, token, max_body)
+              max_body: int = MAX_BODY, body_timeout: float = BODY_TIMEOUT_S) -> Starlette:
+    """The ASGI app. With a `token`, every request must carry `Authorization: Bearer TOKEN`.
+    Its counters are `app.state.stats` (an HttpCounters), also served at /v1/redraft/stats."""
+    api = _Api(inference, config, token, max_body, body_timeout)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
         family = OLLAMA if request.url.path.startswith("/api/") else OPENAI
         what = "no route" if status == 404 else "method not allowed:"
+        api.stats.add("requests")
+        api.stats.reject(status)
         return _error(ApiError(status, f"{what} {request.method} {request.url.path}"), family)
 
-    return Starlette(routes=[
-        Route("/api/generate", api.route(api.generate, OLLAMA), methods=["POST"]),
-        Route("/api/tags", api.route(api.tags, OLLAMA), methods=["GET"]),
-        Route("/api/show", api.route(api.show, OLLAMA), methods=["POST"]),
-        Route("/v1/completions", api.route(api.completions, OPENAI), methods=["POST"]),
-        Route("/v1/fim/completions", api.route(api.completions, OPENAI), methods=["POST"]),
-        Route("/v1/edit/completions", api.route(api.edit, OPENAI), methods=["POST"]),
-        Route("/v1/models", api.route(api.models, OPENAI), methods=["GET"]),
-    ], exception_handlers={404: not_found, 405: not_found})
+    routes = [("/api/generate", api.generate, OLLAMA, "POST"), ("/api/tags", api.tags, OLLAMA, "GET"),
+              ("/api/show", api.show, OLLAMA, "POST"), ("/v1/completions", api.completions, OPENAI, "POST"),
+              ("/v1/fim/completions", api.completions, OPENAI, "POST"),
+              ("/v1/edit/completions", api.edit, OPENAI, "POST"), ("/v1/models", api.models, OPENAI, "GET"),
+              ("/v1/redraft/stats", api.stats_route, OPENAI, "GET")]
+    app = Starlette(routes=[Route(path, api.route(handler, family, path), methods=[method])
+                            for path, handler, family, method in routes],
+                    exception_handlers={404: not_found, 405: not_found})
+    app.state.stats = api.stats
+    return app
 
 
 class _Api:
-    def __init__(self, inference: Inference, config: ServerConfig, token: str | None, max_body: int):
+    def __init__(self, inference: Inference, config: ServerConfig, token: str | None, max_body: int,
+                 body_timeout: float):
         self.inference, self.config, self.token, self.max_body = inference, config, token, max_body
+        self.body_timeout = body_timeout
+        self.stats = HttpCounters()
 
-    def route(self, handler, family: str):
+    def route(self, handler, family: str, path: str):
+        """The one boundary of every route: typed refusals in the family's shape and counted by
+        status, a client that left counted as cancelled, anything else logged, counted for
+        `path` and answered 500; a stream gets the same boundary around its body. The stats
+        route counts only its errors, so reading the counters does not change them."""
+        stats = self.stats if handler != self.stats_route else HttpCounters()  # (a scratch copy)
+
         async def endpoint(request: Request) -> Response:
+            stats.add("requests")
             try:
                 self._authorize(request)
-                return await handler(request)
+                response = await handler(request)
             except ApiError as e:
+                stats.reject(e.status)
                 return _error(e, family)
             except templates.BadRequest as e:
+                stats.reject(400)
                 return _error(ApiError(400, str(e)), family)
             except _Gone:
-                log.debug("%s: the client left; its job was cancelled", request.url.path)
+                log.debug("%s: the client left; its job was cancelled", path)
+                stats.add("cancelled")
                 return Response(status_code=499)
             except Exception:
-                log.exception("%s %s", request.method, request.url.path)
-                return _error(ApiError(500, "internal error (see the server's log)"), family)
+                return self._failed(request, path, family)
+            if isinstance(response, StreamingResponse):
+                response.body_iterator = self._guarded(response.body_iterator, path, family,
+                                                       sse=response.media_type == "text/event-stream")
+            else:
+                stats.add("answered")
+            return response
         return endpoint
+
+    def _failed(self, request: Request, path: str, family: str) -> Response:
+        log.exception("%s %s", request.method, path)
+        self.stats.count_error(path)
+        return _error(ApiError(500, INTERNAL), family)
+
+    async def _guarded(self, body: AsyncIterator[str], path: str, family: str, sse: bool) -> AsyncIterator[str]:
+        """A stream's body inside the boundary: an exception ends it with an error event in
+        the family's shape (the status line has gone); a client that leaves closes it."""
+        self.stats.add("streams_open")
+        try:
+            async for part in body:
+                yield part
+        except Exception:
+            log.exception("%s (streaming)", path)
+            self.stats.count_error(path)
+            error = _error_body(ApiError(500, INTERNAL), family)
+            yield _sse(error) if sse else json.dumps(error) + "\n"
+        finally:
+            self.stats.add("streams_open", -1)
 
     # -- routes --------------------------------------------------------------------------
 
@@ -208,6 +256,11 @@ class _Api:
                              "model_info": {}, "capabilities": ["completion", "insert"],
                              "modified_at": info["modified_at"]})
 
+    async def stats_route(self, request: Request) -> Response:
+        engine = self.inference.engine
+        return JSONResponse({**self.stats.as_dict(), "model": None if engine is None else engine.name,
+                             "model_error": self.inference.load_error})
+
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "created": int(time.time()), "owned_by": "redraft"}
@@ -230,14 +283,14 @@ class _Api:
             raise too_big
         chunks, total = [], 0
         try:
-            async with asyncio.timeout(BODY_TIMEOUT_S):  # a client that trickles its body holds nothing up
+            async with asyncio.timeout(self.body_timeout):  # a client that trickles its body holds nothing up
                 async for chunk in request.stream():
                     total += len(chunk)
                     if total > self.max_body:
                         raise too_big
                     chunks.append(chunk)
         except TimeoutError:
-            raise ApiError(408, f"the body took over {BODY_TIMEOUT_S:.0f} s to arrive") from None
+            raise ApiError(408, f"the body took over {self.body_timeout:g} s to arrive") from None
         except ClientDisconnect:
             raise _Gone() from None
         try:
@@ -280,10 +333,22 @@ class _Api:
                             "quantization_level": info.dtype if info else ""}}
 
     def _submit(self, job, flag: CancelFlag, on_preview) -> asyncio.Future:
+        stats = self.stats
+
+        def counted() -> Any:  # on the inference thread
+            stats.job_started()
+            try:
+                return job(flag, on_preview)
+            finally:
+                stats.add("jobs_running", -1)
         try:
-            fut = asyncio.get_running_loop().run_in_executor(self.inference.executor, job, flag, on_preview)
+            work = self.inference.executor.submit(counted)
         except RuntimeError:  # the executor was shut down
             raise ApiError(503, "the server is shutting down") from None
+        stats.add("jobs")
+        stats.add("jobs_queued")
+        work.add_done_callback(lambda w: w.cancelled() and stats.add("jobs_queued", -1))  # never started
+        fut = asyncio.wrap_future(work)
         # A job whose client left ends in Cancelled that nobody reads: mark it read, or asyncio
         # logs it with a traceback when the future is collected.
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -298,6 +363,7 @@ class _Api:
             await asyncio.wait({fut, gone}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             flag.cancel()
+            self.stats.add("cancelled")
             raise
         finally:
             gone.cancel()
@@ -308,7 +374,8 @@ class _Api:
 
     async def _events(self, job, previews: bool) -> AsyncIterator[tuple[str, Any]]:
         """("preview", (index, text)) after every denoising step (with `previews`), then ("done",
-        choices) or ("error", ApiError). Closing the stream (the client left) cancels the job."""
+        choices) or ("error", ApiError); an unexpected error raises (the route's boundary
+        answers it). Closing the stream (the client left) cancels the job."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         flag = CancelFlag()
@@ -322,6 +389,7 @@ class _Api:
         try:
             fut = self._submit(job, flag, on_preview if previews else None)
         except ApiError as e:
+            self.stats.reject(e.status)
             yield "error", e
             return
         fut.add_done_callback(lambda f: queue.put_nowait(("end", None)))
@@ -329,15 +397,18 @@ class _Api:
             while (item := await queue.get())[0] == "preview":
                 yield item
             try:
-                yield "done", fut.result()
+                choices = fut.result()
             except ApiError as e:
+                self.stats.reject(e.status)
                 yield "error", e
+                return
             except Cancelled:
                 return
-            except Exception:
-                log.exception("stream")
-                yield "error", ApiError(500, "internal error (see the server's log)")
+            self.stats.add("answered")
+            yield "done", choices
         finally:
+            if not fut.done():  # the client left mid-stream
+                self.stats.add("cancelled")
             flag.cancel()
 
     def _sse_response(self, job, chunk: Callable[..., str], diffusing: bool) -> StreamingResponse:

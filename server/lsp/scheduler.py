@@ -47,6 +47,11 @@ class Scheduler:
         self.peak_in_flight = 0
         self._lanes: dict[str, _Lane] = {}
 
+    @property
+    def running(self) -> int:
+        """Jobs submitted to the executor and not yet returned, over all keys."""
+        return sum(lane.running for lane in self._lanes.values())
+
     def supersede(self, key: str) -> None:
         """Cancel whatever is pending for `key` (a newer request, or the document closed)."""
         lane = self._lanes.get(key)

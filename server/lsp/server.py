@@ -6,7 +6,8 @@ logged, counted per method (`redraft/stats`: `errors`, `errors_by_method`) and a
 with the protocol's empty result; cancellation is not an error (`$/cancelRequest` ends a
 request with -32800). The wire below the handlers is protocol.py.
 
-Custom surface: `redraft/stats` (request), Copilot's `textDocument/didShowCompletion`
+Custom surface: `redraft/stats` and `redraft/document` ({uri} -> {uri, version, text}, or
+{} for a document that is not open) (requests), Copilot's `textDocument/didShowCompletion`
 and `textDocument/didPartiallyAcceptCompletion` (notifications), the accept command
 `redraft.accept` through `workspace/executeCommand`, `redraft/preview` notifications (the
 engine's text after every denoising step, for clients that set `streamPreviews`), and
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 NAME = "redraft"
 ACCEPT_COMMAND = "redraft.accept"
 STATS = "redraft/stats"
+DOCUMENT = "redraft/document"  # the server's copy of a document, for checking it against the client's
 DID_SHOW = "textDocument/didShowCompletion"
 DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
 INLINE_EDIT = "textDocument/copilotInlineEdit"  # Copilot's next-edit suggestions (NES)
@@ -184,6 +186,13 @@ def _lifecycle(server: LanguageServer, session: Session, loader: _Loader) -> Non
     @guarded(session, STATS, dict)
     def stats(ls: LanguageServer, params: Any) -> dict:
         return session.snapshot_stats()
+
+    @server.feature(DOCUMENT)
+    @guarded(session, DOCUMENT, dict)
+    def document(ls: LanguageServer, params: Any) -> dict:
+        p = as_plain(params)
+        uri = p.get("uri") if isinstance(p, dict) else None
+        return session.document(uri) if isinstance(uri, str) else {}
 
     @server.feature(T.SHUTDOWN)
     @guarded(session, T.SHUTDOWN)

@@ -9,6 +9,14 @@ prefix of it (no model run), and otherwise hands the snapshot to the scheduler, 
 runs the engine on its own executor. After an accept, the next completion is computed
 ahead of time at the end of the accepted text.
 
+Size: nothing here grows with the document. An edit costs the lines it touched: the draft
+index files at most drafts.FILE_NOW_CHARS of them per message and the rest in later slices
+of drafts.FILE_SLICE_CHARS, taken while no engine job runs (cancelled on close); documents
+over drafts.MAX_INDEX_BYTES keep no index. What a later next-edit search needs of the text
+as it was is a window around the edit (nextedit.Before), and the model judges proposals on
+a window around them (nextedit.Rows). Snapshots, drafts, extra context and next edits are
+bounded in their own modules. Every limit crossed is logged once per document.
+
 It speaks in rows, character indices and UTF-16 columns, not in LSP message types: the
 LSP layer (lsp.py) converts at the edge.
 """
@@ -27,7 +35,7 @@ from ..core import extra, nextedit, settings
 from ..core.context import Draft, Mode, Snapshot, find_drafts, take_snapshot
 from ..core.document import Change, Document, body, utf16_len
 from ..core.history import EditHistory
-from ..core.inference import Inference, can_judge_edits, judge_edits
+from ..core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Inference, can_judge_edits, judge_edits
 from ..core.languages import syntax_for
 from ..core.postprocess import Edit
 from .scheduler import Scheduler
@@ -61,23 +69,61 @@ class InlineAnswer:
 @dataclass
 class DocState:
     doc: Document
-    index: draft_index.DraftIndex
+    index: draft_index.DraftIndex | None  # None while the document is over drafts.MAX_INDEX_BYTES
     history: EditHistory = field(default_factory=EditHistory)
     shown: Suggestion | None = None
     expect: tuple[int, str, str] | None = None  # after an accept: (row, left, right) the buffer will show
-    event_before: list[str] | None = None  # the lines as they were when the newest edit event began
+    event_before: nextedit.Before | None = None  # the text around the newest edit event as it began
     edits: tuple[int, list] | None = None  # (version, next-edit proposals) computed for that version
     edit_timer: asyncio.TimerHandle | None = None  # the debounced next-edit computation
     prefetch: tuple[int, int, int, asyncio.Future] | None = None  # (version, row, col, job) computed ahead
+    file_budget: int = 0  # characters the draft index may still file now, for the message being applied
+    filing: asyncio.Handle | None = None  # the next slice of pending draft-index filing
 
     def on_change(self, change: Change) -> None:
+        if self.index is None:
+            return
+        if self.doc.size_bytes > draft_index.MAX_INDEX_BYTES:
+            self.index = None  # rebuilt once the document is small enough again
+            self.doc.note_limit("index", f"over {draft_index.MAX_INDEX_BYTES >> 20} MB: no drafts from it")
+            return
+        filed = self.index.filed_chars
         self.index.replace_lines(change.line, change.old_lines,
-                                 self.doc.lines[change.line:change.line + change.new_lines])
+                                 self.doc.lines[change.line:change.line + change.new_lines],
+                                 file_chars=max(self.file_budget, 0))
+        self.file_budget -= self.index.filed_chars - filed
 
 
 PREVIEW = "redraft/preview"  # the engine's text after each denoising step, for clients that ask
 EDIT_DEBOUNCE = 0.3  # seconds of quiet after an edit before next edits are computed ahead
+# Pending draft-index filing runs in slices (drafts.FILE_SLICE_CHARS, ~3 ms) this many seconds
+# apart, so the loop reads messages meanwhile, and only while no engine job runs: a slice holds
+# the GIL, which the engine's thread needs between its tensor operations. While the user
+# types, the index catches up in the pauses.
+FILE_PAUSE = 0.002
+FILE_WAIT = 0.02  # seconds before looking again while the engine runs
 RECENT_REMOVED = 4  # recent edits whose removed text is searched for drafts
+RECENT_MAX_CHARS = 4 << 10  # of each, at most (its head): indexing it costs ~3 ms per request
+
+
+def _head(text: str, chars: int) -> str:
+    """The first `chars` characters of `text`, cut after a line end when it is longer."""
+    if len(text) <= chars:
+        return text
+    cut = text.rfind("\n", 0, chars)
+    return text[:cut + 1] if cut >= 0 else text[:chars]
+
+
+def _rows_touched(changes, nlines: int) -> tuple[int, int]:
+    """First and last row a message's content changes touch (all rows for a whole-text one),
+    in the document as it is before them."""
+    first, last = nlines, -1
+    for rng, _ in changes:
+        if rng is None:
+            return 0, nlines - 1
+        first = min(first, max(0, min(rng[0], nlines - 1)))
+        last = max(last, max(0, min(rng[2], nlines - 1)))
+    return (first, last) if last >= 0 else (0, -1)
 
 
 class Session:
@@ -108,8 +154,12 @@ class Session:
     # -- documents -----------------------------------------------------------------------
 
     def open(self, uri: str, text: str, version: int, language_id: str) -> None:
+        old = self.docs.get(uri)
+        if old is not None and old.filing is not None:
+            old.filing.cancel()
         doc = Document(uri, text, version, language_id, syntax_for(language_id, uri))
-        self.docs[uri] = DocState(doc, draft_index.DraftIndex(doc.lines))
+        st = self.docs[uri] = DocState(doc, None)
+        self._reindex(uri, st)
 
     def change(self, uri: str, version: int, changes) -> None:
         st = self.docs.get(uri)
@@ -120,17 +170,48 @@ class Session:
             # Applied anyway: the edits are the truth the client shows; only the number is off.
             log.warning("%s: version %d after %d (out of order)", uri, version, st.doc.version)
         now = self.clock()
-        lines_before = list(st.doc.lines)  # a shallow copy: what a new edit event started from
+        before = nextedit.Before.around(st.doc.lines, *_rows_touched(changes, len(st.doc.lines)))
+        st.file_budget = draft_index.FILE_NOW_CHARS
         for change in st.doc.apply(changes, version, on_change=st.on_change):
             if st.history.record(change, now):
-                st.event_before = lines_before
+                st.event_before = before
+        self._reindex(uri, st)
         if st.expect is not None:
             self._prefetch_if_accepted(uri, st)
         self._debounce_edits(uri, st)
 
+    def _reindex(self, uri: str, st: DocState) -> None:
+        """(Re)build the draft index when the document fits, and file what is pending in slices
+        (FILE_PAUSE apart, none while the engine runs), so that no message waits behind a
+        large paste."""
+        if st.index is None and st.doc.size_bytes <= draft_index.MAX_INDEX_BYTES:
+            st.index = draft_index.DraftIndex(st.doc.lines, file_chars=draft_index.FILE_NOW_CHARS)
+        elif st.index is None:
+            st.doc.note_limit("index", f"over {draft_index.MAX_INDEX_BYTES >> 20} MB: no drafts from it")
+        if st.index is None or not st.index.pending or st.filing is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no server around it (a script or a test): file it all now
+            while st.index.file_pending():
+                pass
+            return
+
+        def file_slice() -> None:
+            st.filing = None
+            if self.docs.get(uri) is not st or st.index is None:
+                return
+            if self.scheduler.running:  # the engine is at work: Python on this thread would slow it
+                st.filing = loop.call_later(FILE_WAIT, file_slice)
+            elif st.index.file_pending():
+                st.filing = loop.call_later(FILE_PAUSE, file_slice)
+        st.filing = loop.call_later(FILE_PAUSE, file_slice)
+
     def close(self, uri: str) -> None:
         st = self.docs.pop(uri, None)
         if st is not None:
+            if st.filing is not None:
+                st.filing.cancel()
             if st.edit_timer is not None:
                 st.edit_timer.cancel()
             self.scheduler.supersede(uri)
@@ -195,7 +276,7 @@ class Session:
             self.stats.model_runs += 1
         self.stats.count_source(answer)
         if answer.edit is not None and self.docs.get(uri) is st:  # it may have closed meanwhile
-            st.shown = Suggestion(snap.row, snap.left, snap.right, len(snap.lines), answer.edit)
+            st.shown = Suggestion(snap.row, snap.left, snap.right, snap.nlines, answer.edit)
         return True, answer
 
     def _enrich(self, st: DocState, snap: Snapshot) -> Snapshot:
@@ -212,9 +293,12 @@ class Session:
         return replace(snap, extra=more, drafts=found)
 
     def _drafts(self, st: DocState, snap: Snapshot) -> tuple[Draft, ...]:
-        others = [(uri, o.index) for uri, o in self.docs.items() if uri != snap.uri]
-        recent = [(ev.removed, ev.first_line) for ev in st.history.recent()[-RECENT_REMOVED:]
-                  if len(ev.removed.strip()) >= draft_index.MIN_CHARS]  # text the user took out
+        others = [(uri, o.index) for uri, o in self.docs.items() if uri != snap.uri and o.index is not None]
+        recent = []  # text the user took out (its head, when that was a lot: each is indexed per request)
+        for ev in st.history.recent()[-RECENT_REMOVED:]:
+            text = _head(ev.removed, RECENT_MAX_CHARS)
+            if len(text.strip()) >= draft_index.MIN_CHARS:
+                recent.append((text, ev.first_line))
         return find_drafts(st.doc, st.index, snap.row, snap.col, snap.mode, self.config.max_lines, others, recent,
                            self.config.max_drafts)
 
@@ -235,7 +319,7 @@ class Session:
     def _type_through(st: DocState, snap: Snapshot) -> Edit | None:
         """The rest of the suggestion on screen when the user typed a prefix of it."""
         s = st.shown
-        if s is None or s.row != snap.row or s.nlines != len(snap.lines):
+        if s is None or s.row != snap.row or s.nlines != snap.nlines:
             return None
         left, right = snap.left, snap.right
         if right != s.right or not left.startswith(s.left):
@@ -262,7 +346,9 @@ class Session:
         at = doc.version
         found = nextedit.candidates(st.event_before, doc, events[-1])
         if found and can_judge_edits(self.inference.engine):
-            job = partial(judge_edits, self.inference.engine, tuple(doc.lines), found, events, self.config.edit_margin)
+            reach = max(EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS) + 1  # lines of >= 1 character: all the judge reads
+            rows = nextedit.Rows(doc.lines, min(p.row for p in found) - reach, max(p.row for p in found) + reach)
+            job = partial(judge_edits, self.inference.engine, rows, found, events, self.config.edit_margin)
             done, found = await self.scheduler.run(uri + "#edits", job)
             if not done:
                 return at, []
@@ -328,6 +414,11 @@ class Session:
 
     def partially_accepted(self) -> None:
         self.stats.partially_accepted += 1
+
+    def document(self, uri: str) -> dict:
+        """The server's copy of an open document ({} when it is not open)."""
+        st = self.docs.get(uri)
+        return {} if st is None else {"uri": uri, "version": st.doc.version, "text": st.doc.text}
 
     def snapshot_stats(self) -> dict:
         self.stats.peak_in_flight = self.scheduler.peak_in_flight

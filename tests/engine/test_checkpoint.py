@@ -7,8 +7,11 @@ import pytest
 import torch
 
 import tiny
-from redraft.engine import (Engine, InsufficientMemoryError, MissingFileError, ModelNotFoundError,
-                            NoMaskTokenError, ShapeMismatchError, UnknownModelTypeError)
+from safetensors.torch import load_file, save_file
+
+from redraft.engine import (CheckpointError, CorruptFileError, Engine, EngineError, InsufficientMemoryError,
+                            InvalidConfigError, MissingFileError, ModelNotFoundError, NoMaskTokenError,
+                            NonFiniteWeightError, ShapeMismatchError, UnknownModelTypeError)
 from redraft.engine.checkpoint import resolve
 
 FAMILIES = {
@@ -130,3 +133,114 @@ def test_unknown_names(tmp_path):
         resolve("no-such-model")
     with pytest.raises(ModelNotFoundError, match="not downloaded"):
         resolve("nobody/nothing-here")
+
+
+# -- damaged files: every one a CheckpointError that names the file and the problem --------
+
+
+def _weights(folder):
+    return folder / "model.safetensors"
+
+
+def _edit_config(folder, **changes):
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(cfg | changes))
+
+
+@pytest.mark.parametrize("keep", [0, 5, 100, 0.5, -1])
+def test_truncated_weights(tmp_path, keep):
+    """Cut anywhere: inside the size field, the header, the tensors (a half-copied download)."""
+    folder = tiny.make_family(tmp_path, "redraft")
+    f = _weights(folder)
+    data = f.read_bytes()
+    f.write_bytes(data[:int(len(data) * keep) if isinstance(keep, float) else keep if keep >= 0 else len(data) - 1])
+    with pytest.raises(CorruptFileError, match=r"model\.safetensors: truncated"):
+        Engine.load(folder)
+
+
+def test_weights_that_are_not_safetensors(tmp_path):
+    folder = tiny.make_family(tmp_path, "redraft")
+    _weights(folder).write_bytes(b"<html>404 Not Found</html>" * 100)  # what a failed download leaves
+    with pytest.raises(CorruptFileError, match="not a safetensors file"):
+        Engine.load(folder)
+    header = b"[1, 2, 3]"  # a well-formed size and JSON, but not a table of tensors
+    _weights(folder).write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(CorruptFileError, match="not a safetensors file"):
+        Engine.load(folder)
+    data = _weights(tiny.make_family(tmp_path / "again", "redraft")).read_bytes()
+    _weights(folder).write_bytes(data + b"\0" * 16)
+    with pytest.raises(CorruptFileError, match="16 bytes after its last tensor"):
+        Engine.load(folder)
+
+
+def test_a_bad_shard_index(tmp_path):
+    folder = tiny.make_family(tmp_path, "redraft")
+    (folder / "model.safetensors.index.json").write_text('{"metadata": {}}')
+    with pytest.raises(CorruptFileError, match="weight_map"):
+        Engine.load(folder)
+
+
+@pytest.mark.parametrize("value,says", [(float("nan"), "holds 2 NaN and 0 Inf"), (float("inf"), "holds 0 NaN and 2 Inf"),
+                                        (float("-inf"), "holds 0 NaN and 2 Inf")])
+def test_non_finite_weights_name_the_tensor(tmp_path, value, says):
+    folder = tiny.make_family(tmp_path, "redraft")
+    state = load_file(_weights(folder))
+    state["model.layers.1.self_attn.k_proj.weight"][0, :2] = value
+    save_file(state, _weights(folder), metadata={"format": "pt"})
+    with pytest.raises(NonFiniteWeightError, match=rf"model\.layers\.1\.self_attn\.k_proj\.weight {says}"):
+        Engine.load(folder, dtype="float32")
+
+
+def test_weights_that_overflow_the_chosen_dtype(tmp_path):
+    folder = tiny.make_family(tmp_path, "redraft")
+    state = {k: v.float() for k, v in load_file(_weights(folder)).items()}
+    state["model.norm.weight"][0] = 1e6  # finite in float32 and bfloat16, Inf in float16
+    save_file(state, _weights(folder), metadata={"format": "pt"})
+    assert Engine.load(folder, dtype="bfloat16").model_config.family == "redraft"
+    with pytest.raises(NonFiniteWeightError, match=r"model\.norm\.weight overflows to Inf in float16"):
+        Engine.load(folder, dtype="float16")
+
+
+def test_a_tokenizer_that_cannot_be_read(tmp_path):
+    folder = tiny.make_family(tmp_path, "redraft")
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "truncat')
+    with pytest.raises(CorruptFileError, match="tokenizer.json: not a tokenizer"):
+        Engine.load(folder)
+    folder = tiny.make_family(tmp_path / "config", "redraft")
+    (folder / "tokenizer_config.json").write_text("mask_token: <|mask|>")
+    with pytest.raises(CorruptFileError, match="tokenizer_config.json: not valid JSON"):
+        Engine.load(folder)
+
+
+@pytest.mark.parametrize("text,says", [
+    ('{"model_type": "redraft",', "not valid JSON"),
+    ("[1, 2]", "must hold a JSON object"),
+])
+def test_config_that_is_not_an_object(tmp_path, text, says):
+    folder = tiny.make_family(tmp_path, "redraft")
+    (folder / "config.json").write_text(text)
+    with pytest.raises(InvalidConfigError, match=says):
+        Engine.load(folder)
+
+
+@pytest.mark.parametrize("changes,says", [
+    ({"num_hidden_layers": "two"}, "wrong type"),
+    ({"num_attention_heads": 0}, "wrong type or range"),
+    ({"num_key_value_heads": -2}, "num_key_value_heads=-2 must be positive"),
+    ({"rope_scaling": [1, 2]}, "wrong type"),
+    ({"segment_tokens": ["<|fim_prefix|>"]}, "wrong type"),
+    ({"hidden_size": None}, "lacks 'hidden_size'"),
+    ({"redraft_sampler": {"no_such_knob": 1}}, "redraft_sampler"),
+    ({"redraft_sampler": "fast"}, "redraft_sampler must be an object"),
+])
+def test_config_values_of_the_wrong_type(tmp_path, changes, says):
+    folder = tiny.make_family(tmp_path, "redraft")
+    _edit_config(folder, **changes)
+    with pytest.raises(InvalidConfigError, match=says):
+        Engine.load(folder)
+
+
+def test_every_checkpoint_error_is_an_engine_error():
+    for cls in (CorruptFileError, InvalidConfigError, NonFiniteWeightError, MissingFileError, ShapeMismatchError,
+                UnknownModelTypeError, NoMaskTokenError, ModelNotFoundError):
+        assert issubclass(cls, CheckpointError) and issubclass(cls, EngineError)

@@ -238,8 +238,7 @@ def test_dead_positions_are_dropped_as_a_line_is_retyped():
     for n in range(1, len(line) + 1):
         for _ in range(30):
             idx.replace_lines(1, 1, [line[:n]])
-    live = sum(1 for b in idx._buckets.values() for ln in b[::2] if ln.alive)
-    total = sum(len(b) // 2 for b in idx._buckets.values())
+    live, total = idx.positions()
     assert total <= 2 * live + 32 * len(idx._buckets)
     assert idx.find("x = compute(alpha, ") == [Match(1, 24, 18)]
 

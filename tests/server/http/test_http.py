@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -16,15 +15,13 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from http_helpers import CONFIG, TOKEN, Running, calls_until_free, on_engine, sse
 from redraft.engine import CancelFlag
 from redraft.server.http import templates
-from redraft.server.http.app import build_app, listen, make_server
+from redraft.server.http.app import build_app
 from redraft.server.http.engine import complete_fim, fim_snapshot
-from redraft.server.core.inference import Inference, run_engine
-from redraft.server.core.settings import ServerConfig
+from redraft.server.core.inference import run_engine
 
-CONFIG = ServerConfig(line_tokens=6, block_tokens=6, max_lines=2)
-TOKEN = "s3cret"
 PREFIX = "def add(a, b):\n    return "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
 SERVE = [sys.executable, "-m", "redraft.server.cli", "serve"]
@@ -39,34 +36,6 @@ MERCURY = ("<|recently_viewed_code_snippets|>\n<|/recently_viewed_code_snippets|
            "<|/current_file_content|>\n<|edit_diff_history|>\n<|/edit_diff_history|>\n")
 
 
-class Running:
-    """uvicorn serving `app` on a free local port, on a thread."""
-
-    def __init__(self, app):
-        self.sock = listen("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = make_server(app)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 10
-        while not self.server.started:
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.01)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def inference(tiny_model):
-    inf = Inference()
-    assert inf.load(str(tiny_model), "cpu", "float32").result() is None
-    yield inf
-    inf.shutdown()
-
-
 @pytest.fixture(scope="module")
 def servers(inference):
     """(open server, server that wants TOKEN and takes bodies of at most 4 kB)."""
@@ -74,17 +43,6 @@ def servers(inference):
     yield plain.url, locked.url
     plain.stop()
     locked.stop()
-
-
-def on_engine(inference, fn):
-    """Run `fn` on the inference executor, as the server does."""
-    return inference.executor.submit(fn).result(timeout=60)
-
-
-def sse(text: str) -> list:
-    events = [line[len("data: "):] for line in text.split("\n\n") if line.strip()]
-    assert all(not e.startswith("data:") for e in events)
-    return [e if e == "[DONE]" else json.loads(e) for e in events]
 
 
 # -- prompts ----------------------------------------------------------------------------
@@ -254,34 +212,6 @@ def test_every_error_code(servers):
     assert r.status_code == 413 and "4096" in r.json()["error"]["message"]
     assert httpx.post(f"{locked}/v1/completions", json={"prompt": "x = ", "max_tokens": 2},
                       headers=auth).status_code == 200
-
-
-@pytest.fixture
-def slow_engine(inference):
-    """Every model call takes `delay` seconds longer and is counted; the CancelFlag of each
-    engine call is kept."""
-    engine = inference.engine
-    forward, infill = engine.model.forward, engine.infill
-    state = {"delay": 0.4, "flags": [], "calls": 0}
-
-    def slow_forward(*args, **kwargs):
-        state["calls"] += 1
-        time.sleep(state["delay"])
-        return forward(*args, **kwargs)
-
-    def spy(*args, **kwargs):
-        state["flags"].append(kwargs.get("cancel"))
-        return infill(*args, **kwargs)
-    engine.model.forward, engine.infill = slow_forward, spy
-    yield state
-    del engine.model.forward, engine.infill
-
-
-def calls_until_free(inference, state) -> int:
-    """Model calls made from now until the executor can run a new job."""
-    before = state["calls"]
-    inference.executor.submit(lambda: None).result(timeout=60)
-    return state["calls"] - before
 
 
 def test_a_cancelled_stream_frees_the_engine(inference, slow_engine):

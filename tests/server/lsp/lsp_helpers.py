@@ -82,3 +82,8 @@ def plain(obj):
 
 async def stats(client: LanguageClient) -> dict:
     return plain(await client.protocol.send_request_async("redraft/stats", {}))
+
+
+async def document(client: LanguageClient, uri: str) -> dict:
+    """The server's copy of a document ({} when it is not open)."""
+    return plain(await client.protocol.send_request_async("redraft/document", {"uri": uri})) or {}

@@ -10,7 +10,7 @@ import pytest
 from lsprotocol import types as T
 
 from redraft.server.core.inference import Inference
-from redraft.server.lsp.server import INLINE_EDIT, STATS, build_server, guarded
+from redraft.server.lsp.server import DOCUMENT, INLINE_EDIT, STATS, build_server, guarded
 from redraft.server.lsp.session import Session
 from redraft.server.core.settings import ServerConfig
 
@@ -78,7 +78,7 @@ def test_every_registered_handler_is_behind_the_boundary():
     session = server.session
     try:
         for name in ("open", "change", "close", "inline_completion", "next_edits", "snapshot_stats", "shown",
-                     "partially_accepted", "accepted", "configure"):
+                     "partially_accepted", "accepted", "configure", "document"):
             setattr(session, name, broken)
         session.stats = _Exploding(session.stats)
         features = server.protocol.fm.features
@@ -125,4 +125,5 @@ def _params_for(method: str):
         T.TEXT_DOCUMENT_CODE_ACTION: T.CodeActionParams(doc, T.Range(T.Position(0, 0), T.Position(0, 0)),
                                                         T.CodeActionContext([])),
         INLINE_EDIT: {"textDocument": {"uri": URI, "version": 1}},
+        DOCUMENT: {"uri": URI},
     }.get(method)

@@ -1,4 +1,5 @@
-"""Bad input never crashes `redraft serve`: an empty result or a clear error, and the next request works."""
+"""Bad input never crashes `redraft serve`: an empty result or a clear error, the document as
+the client sent it, no internal error counted, and the next request works."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
-from lsp_helpers import SERVER, complete, edit, init_params, open_doc, send_raw, stats
+from lsp_helpers import SERVER, complete, document, edit, init_params, open_doc, send_raw, stats
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -23,10 +24,25 @@ async def client(lsp_client: LanguageClient, tiny_model):
 
 
 async def works(client: LanguageClient) -> None:
-    """The server still answers a plain request after the bad one."""
+    """The server still answers a plain request after the bad one: it runs the model for it,
+    and counts no internal error."""
     uri = "file:///work/ok.py"
+    before = await stats(client)
     open_doc(client, uri, "x = \n")
-    assert isinstance(await complete(client, uri, 0, 4), list)
+    await complete(client, uri, 0, 4)
+    after = await stats(client)
+    assert after["requests"] == before["requests"] + 1
+    assert after["model_runs"] == before["model_runs"] + 1
+    assert after["errors"] == 0
+    assert (await document(client, uri))["text"] == "x = \n"
+
+
+async def answered_without_model(client: LanguageClient, uri: str, line: int, char: int) -> None:
+    """An empty answer, counted as one, without running the model."""
+    before = await stats(client)
+    assert await complete(client, uri, line, char) == []
+    after = await stats(client)
+    assert after["empty"] == before["empty"] + 1 and after["model_runs"] == before["model_runs"]
 
 
 @pytest.mark.parametrize("line,char", [(99, 0), (0, 999), (-1, 0)])
@@ -40,7 +56,8 @@ async def test_position_outside_document(client: LanguageClient, line, char):
                 "context": {"triggerKind": 2}}, "negative-line")
         assert err.value.code == -32602
     else:
-        assert await complete(client, uri, line, char) == []
+        await answered_without_model(client, uri, line, char)
+    assert (await document(client, uri))["text"] == "a = 1\n"
     await works(client)
 
 
@@ -57,7 +74,8 @@ async def test_versions_out_of_order(client: LanguageClient):
     open_doc(client, uri, "y = \n", version=5)
     edit(client, uri, 3, 0, 4, "1")  # older version number: applied, logged
     edit(client, uri, 3, 0, 5, " +")
-    assert isinstance(await complete(client, uri, 0, 7), list)
+    await complete(client, uri, 0, 7)
+    assert await document(client, uri) == {"uri": uri, "version": 3, "text": "y = 1 +\n"}
     for _ in range(100):  # the warning reaches the client as window/logMessage
         if any("out of order" in m.message for m in client.log_messages):
             break
@@ -69,8 +87,10 @@ async def test_versions_out_of_order(client: LanguageClient):
 async def test_edit_range_outside_document_is_clamped(client: LanguageClient):
     uri = "file:///work/clamp.py"
     open_doc(client, uri, "z = 1\n")
-    edit(client, uri, 2, 50, 0, "tail", end=(60, 3))
-    assert isinstance(await complete(client, uri, 1, 4), list)
+    edit(client, uri, 2, 50, 0, "tail", end=(60, 3))  # both ends past the last line: the end of the text
+    assert (await document(client, uri))["text"] == "z = 1\ntail"
+    edit(client, uri, 3, 0, 2, "=", end=(0, 999))  # past the line's end: its end
+    assert (await document(client, uri))["text"] == "z =\ntail"
     await works(client)
 
 
@@ -82,8 +102,12 @@ async def test_five_megabyte_file(client: LanguageClient):
     open_doc(client, uri, text)
     n = text.count("\n")
     edit(client, uri, 2, n, 0, "last = ")
-    assert isinstance(await complete(client, uri, n, 7), list)
-    assert isinstance(await complete(client, uri, n // 2, 0), list)
+    before = await stats(client)
+    await complete(client, uri, n, 7)
+    await complete(client, uri, n // 2, 0)
+    after = await stats(client)
+    assert after["requests"] == before["requests"] + 2 and after["errors"] == 0
+    assert (await document(client, uri))["text"] == text + "last = "
     await works(client)
 
 
@@ -92,26 +116,34 @@ async def test_twenty_thousand_character_line(client: LanguageClient):
     long = "x = [" + ", ".join(["1"] * 6700) + "]"
     assert len(long) > 20_000
     open_doc(client, uri, long + "\ny = \n")
-    assert isinstance(await complete(client, uri, 1, 4), list)
-    assert isinstance(await complete(client, uri, 0, len(long)), list)
-    assert isinstance(await complete(client, uri, 0, 10_000), list)
+    before = await stats(client)
+    await complete(client, uri, 1, 4)
+    await complete(client, uri, 0, len(long))
+    await answered_without_model(client, uri, 0, 10_000)  # before a "1": mid-token, nothing to complete
+    after = await stats(client)
+    assert after["requests"] == before["requests"] + 3 and after["errors"] == 0
+    assert after["model_runs"] >= before["model_runs"] + 1
     await works(client)
 
 
 async def test_binary_looking_text(client: LanguageClient):
     uri = "file:///work/blob.bin"
-    open_doc(client, uri, "\x00\x01\x02ELF\x7f\x00" * 200 + "\n", language="plaintext")
-    assert await complete(client, uri, 0, 5) == []
+    blob = "\x00\x01\x02ELF\x7f\x00" * 200 + "\n"
+    open_doc(client, uri, blob, language="plaintext")
+    await answered_without_model(client, uri, 0, 5)
+    assert (await document(client, uri))["text"] == blob
     await works(client)
 
 
 async def test_closed_and_never_opened_documents(client: LanguageClient):
-    assert await complete(client, "file:///work/never.py", 0, 0) == []
+    await answered_without_model(client, "file:///work/never.py", 0, 0)
     uri = "file:///work/closed.py"
     open_doc(client, uri, "q = \n")
+    assert (await document(client, uri))["text"] == "q = \n"
     client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(uri)))
-    assert await complete(client, uri, 0, 4) == []
+    await answered_without_model(client, uri, 0, 4)
     edit(client, uri, 2, 0, 0, "ignored")  # a change for a closed document is ignored
+    assert await document(client, uri) == {}
     await works(client)
 
 
@@ -127,7 +159,9 @@ async def test_client_that_never_sends_initialized(tiny_model):
         await other.initialize_async(params)  # no `initialized` notification follows
         uri = "file:///work/uninitialized.py"
         open_doc(other, uri, "w = \n")
-        assert isinstance(await complete(other, uri, 0, 4), list)
+        await complete(other, uri, 0, 4)
+        s = await stats(other)
+        assert s["requests"] == 1 and s["model_runs"] == 1 and s["errors"] == 0
         await other.shutdown_async(None)
         other.exit(None)
     finally:
@@ -142,7 +176,7 @@ async def test_model_that_fails_to_load_keeps_the_old_one(client: LanguageClient
     before = await stats(client)
     uri = "file:///work/still.py"
     open_doc(client, uri, "v = \n")
-    assert isinstance(await complete(client, uri, 0, 4), list)
+    await complete(client, uri, 0, 4)
     after = await stats(client)
     assert after["model_runs"] == before["model_runs"] + 1 and after["model"] is not None
     client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"model": str(tiny_model)}))

@@ -33,6 +33,8 @@ from pathlib import Path
 from lsprotocol import types as T
 from pygls.lsp.client import LanguageClient
 
+from bench_lsp import timed_request  # this folder is on sys.path when run as a script
+
 CAPS = T.ClientCapabilities(text_document=T.TextDocumentClientCapabilities(
     synchronization=T.TextDocumentSyncClientCapabilities(),
     inline_completion=T.InlineCompletionClientCapabilities()))
@@ -110,15 +112,7 @@ async def scenario(name: str, args) -> dict:
     results: list[tuple[int, float, str]] = []  # (keystroke, ms, outcome)
 
     async def ask(k: int, line: int, character: int):
-        t = time.perf_counter()
-        try:
-            items = await client.text_document_inline_completion_async(T.InlineCompletionParams(
-                text_document=T.TextDocumentIdentifier(uri=uri), position=T.Position(line=line, character=character),
-                context=T.InlineCompletionContext(trigger_kind=T.InlineCompletionTriggerKind.Automatic)))
-            got = items.items if isinstance(items, T.InlineCompletionList) else (items or [])
-            results.append((k, (time.perf_counter() - t) * 1000, "item" if got else "empty"))
-        except Exception:  # cancelled
-            results.append((k, (time.perf_counter() - t) * 1000, "cancelled"))
+        results.append((k, *await timed_request(client, uri, line, character)))
 
     pending = []
     for k, ch in enumerate(TYPED[:args.keystrokes]):

@@ -40,6 +40,19 @@ def proc_stats(pid: int) -> tuple[float, float]:
     return cpu, peak / 1024
 
 
+async def timed_request(client, uri: str, line: int, character: int) -> tuple[float, str]:
+    """(ms, "item" | "empty" | "cancelled") of one inline completion request."""
+    t = time.perf_counter()
+    try:
+        items = await client.text_document_inline_completion_async(T.InlineCompletionParams(
+            text_document=T.TextDocumentIdentifier(uri=uri), position=T.Position(line=line, character=character),
+            context=T.InlineCompletionContext(trigger_kind=T.InlineCompletionTriggerKind.Automatic)))
+        got = items.items if isinstance(items, T.InlineCompletionList) else (items or [])
+        return (time.perf_counter() - t) * 1000, "item" if got else "empty"
+    except Exception:  # cancelled by the server or by the client
+        return (time.perf_counter() - t) * 1000, "cancelled"
+
+
 async def replay(args) -> dict:
     text = Path(args.file).read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
@@ -65,15 +78,7 @@ async def replay(args) -> dict:
     results: list[tuple[bool, float, str]] = []  # (cold, ms, outcome)
 
     async def ask(cold: bool, line: int, character: int):
-        t = time.perf_counter()
-        try:
-            items = await client.text_document_inline_completion_async(T.InlineCompletionParams(
-                text_document=T.TextDocumentIdentifier(uri=uri), position=T.Position(line=line, character=character),
-                context=T.InlineCompletionContext(trigger_kind=T.InlineCompletionTriggerKind.Automatic)))
-            got = items.items if isinstance(items, T.InlineCompletionList) else (items or [])
-            results.append((cold, (time.perf_counter() - t) * 1000, "item" if got else "empty"))
-        except Exception:  # cancelled by the server or by us
-            results.append((cold, (time.perf_counter() - t) * 1000, "cancelled"))
+        results.append((cold, *await timed_request(client, uri, line, character)))
 
     # The cold request is awaited before typing starts: a keystroke would supersede it and
     # turn its latency into the typing interval.

@@ -5,7 +5,6 @@ is the client's. Then the session's own bookkeeping on large documents, without 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 import pytest_lsp
@@ -21,8 +20,8 @@ from redraft.server.lsp.session import Session
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MB = 1 << 20
-ANSWER_S = 5.0  # generous on a shared 2-core machine: a stalled server takes minutes
-PASTE_S = 2.5  # a 5 MB paste is acknowledged in ~0.15 s; filing it into a draft index took ~3.5 s
+ANSWER_S = 30.0  # a liveness bound, not a latency target (tests/bench/bench_large.py measures that):
+# a stalled server took minutes
 SETTLE_S = 0.6  # longer than the next-edit debounce, so next edits are computed for the paste
 
 
@@ -45,18 +44,14 @@ async def client(lsp_client: LanguageClient, tiny_model):
 
 
 async def type_and_ask(client: LanguageClient, uri: str, version: int, row: int, col: int, typed: str
-                       ) -> tuple[int, list, float]:
+                       ) -> tuple[int, list]:
     """Type `typed` at (row, col), one keystroke at a time, each followed by a completion
-    request sent without waiting (as an editor does); (version, answers, slowest answer in s)."""
-    asked, slowest = [], 0.0
+    request sent without waiting (as an editor does); (version, answers)."""
+    asked = []
 
     async def ask(c: int):
-        nonlocal slowest
-        t = time.perf_counter()
-        result = await asyncio.wait_for(
+        return await asyncio.wait_for(
             client.text_document_inline_completion_async(completion_params(uri, row, c)), ANSWER_S)
-        slowest = max(slowest, time.perf_counter() - t)
-        return result
 
     for ch in typed:
         version += 1
@@ -64,17 +59,15 @@ async def type_and_ask(client: LanguageClient, uri: str, version: int, row: int,
         col += 1
         asked.append(asyncio.ensure_future(ask(col)))
         await asyncio.sleep(0.02)
-    return version, await asyncio.gather(*asked), slowest
+    return version, await asyncio.gather(*asked)
 
 
 async def paste(client: LanguageClient, uri: str, version: int, start: tuple[int, int], end: tuple[int, int],
                 text: str) -> None:
-    """Paste `text` over start..end; the server must acknowledge it (a stats round trip) promptly
-    and then sit through the next-edit debounce for it without stalling."""
-    t = time.perf_counter()
+    """Paste `text` over start..end; the server must acknowledge it (a stats round trip) and
+    then sit through the next-edit debounce for it without stalling."""
     edit(client, uri, version, *start, text, end=end)
-    assert (await stats(client))["errors"] == 0
-    assert time.perf_counter() - t < PASTE_S
+    assert (await asyncio.wait_for(stats(client), ANSWER_S))["errors"] == 0
     await asyncio.sleep(SETTLE_S)
 
 
@@ -84,10 +77,11 @@ async def test_a_five_megabyte_paste_over_a_document_then_typing(client: Languag
     open_doc(client, uri, opened)
     text = python_lines(5 * MB).replace("handler_", "route_")
     await paste(client, uri, 2, (0, 0), (opened.count("\n"), 0), text)
-    version, answers, slowest = await type_and_ask(client, uri, 2, text.count("\n"), 0, "value = route_7(req")
-    assert all(isinstance(a, T.InlineCompletionList) for a in answers)  # every request answered
-    assert slowest < ANSWER_S
+    before = await stats(client)
+    version, answers = await type_and_ask(client, uri, 2, text.count("\n"), 0, "value = route_7(req")
+    assert len(answers) == len("value = route_7(req")  # every request answered within the bound
     s = await stats(client)
+    assert s["requests"] == before["requests"] + len(answers)
     assert s["errors"] == 0 and s["model_runs"] >= 1
     got = await document(client, uri)
     assert got["version"] == version and got["text"] == text + "value = route_7(req"
@@ -99,11 +93,12 @@ async def test_a_five_megabyte_minified_line_then_typing_on_it_and_below(client:
     line = "".join(f"var a{i}=f({i},[1,2,3]);" for i in range(5 * MB // 24))
     assert len(line) >= 5 * MB
     await paste(client, uri, 2, (0, 0), (0, 0), line + "\n")  # one line, ahead of "const x = 1;"
-    version, answers, slowest = await type_and_ask(client, uri, 2, 0, len(line), "g(a1,")
-    version, below, slowest_below = await type_and_ask(client, uri, version, 1, 12, " y(x,")
-    assert all(isinstance(a, T.InlineCompletionList) for a in answers + below)
-    assert max(slowest, slowest_below) < ANSWER_S
-    assert (await stats(client))["errors"] == 0
+    before = await stats(client)
+    version, answers = await type_and_ask(client, uri, 2, 0, len(line), "g(a1,")
+    version, below = await type_and_ask(client, uri, version, 1, 12, " y(x,")
+    after = await stats(client)
+    assert len(answers) + len(below) == 10 and after["requests"] == before["requests"] + 10
+    assert after["errors"] == 0
     got = await document(client, uri)
     assert got["version"] == version and got["text"] == line + "g(a1,\nconst x = 1; y(x,\n"
 

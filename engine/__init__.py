@@ -14,7 +14,8 @@ tree-sitter.
 
 from . import prompt
 from .checkpoint import DEFAULT_MODEL, SHIPPED, pull, resolve
-from .config import EngineConfig, ModelConfig, SamplerConfig
+from .cachemodel import CacheModel, Continuation, Lookup
+from .config import CacheConfig, EngineConfig, ModelConfig, SamplerConfig
 from .engine import Engine, EngineInfo, InfillRequest
 from .errors import (Cancelled, CheckpointError, CorruptFileError, EngineError, InsufficientMemoryError,
                      InvalidConfigError, MissingFileError, ModelNotFoundError, NoMaskTokenError,
@@ -22,7 +23,7 @@ from .errors import (Cancelled, CheckpointError, CorruptFileError, EngineError, 
 from .result import CancelFlag, Completion, Preview, Stats
 
 __all__ = [
-    "DEFAULT_MODEL", "SHIPPED", "pull", "resolve", "EngineConfig", "ModelConfig", "SamplerConfig", "Engine",
+    "DEFAULT_MODEL", "SHIPPED", "pull", "resolve", "CacheConfig", "CacheModel", "Continuation", "Lookup", "EngineConfig", "ModelConfig", "SamplerConfig", "Engine",
     "EngineInfo", "InfillRequest", "Cancelled", "CheckpointError", "CorruptFileError", "EngineError",
     "InsufficientMemoryError", "InvalidConfigError", "MissingFileError", "ModelNotFoundError", "NoMaskTokenError",
     "NonFiniteWeightError", "ShapeMismatchError",

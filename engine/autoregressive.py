@@ -2,7 +2,8 @@
 
 The span segment of the layout comes last for these models (fill-in-the-middle as
 prefix-suffix-middle), so infill is plain continuation: encode the context once (reusing
-an earlier request's keys/values where they match), then one forward per token. Rows of a
+an earlier request's keys/values where they match), then one forward per token, with the
+request's cache model (cachemodel.py) mixed into each token's distribution. Rows of a
 batch advance in lockstep; a row stops at an end token, at its length, or when `stop`
 says its unit is complete.
 """
@@ -16,6 +17,7 @@ import torch
 
 from .batch import Batch, encode_context
 from .cache import ContextCache
+from .cachemodel import CacheModel
 from .config import SamplerConfig
 from .errors import Cancelled
 from .model import DiffusionLM
@@ -27,7 +29,8 @@ def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: to
            banned: list[int], first_allowed: dict[int, torch.Tensor], owners: list[int],
            vocab_limit: int | None = None, reuse: ContextCache | None = None, cancel=None,
            stop: Callable[[int, list[int]], bool] | None = None,
-           on_step: Callable[[int, Batch, torch.Tensor, torch.Tensor], None] | None = None) -> Denoised:
+           on_step: Callable[[int, Batch, torch.Tensor, torch.Tensor], None] | None = None,
+           caches: dict[int, CacheModel] | None = None) -> Denoised:
     assert batch.span_at == 1, "causal decoding feeds the token before the span first"
     gen = torch.Generator(device="cpu").manual_seed(scfg.seed) if scfg.temperature > 0 else None
     t0 = time.perf_counter()
@@ -62,7 +65,13 @@ def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: to
                     keep = logits[b, allowed].clone()
                     logits[b] = float("-inf")
                     logits[b, allowed] = keep
+        model_logp = torch.log_softmax(logits.float(), dim=-1) if caches else None
+        for b, cache in ((b, (caches or {}).get(owners[b])) for b in range(B)):
+            if cache is not None and not done[b]:
+                cache.mix(logits[b], x[b, 1:t + 1].tolist())  # the span so far: x[:, 0] is the token before it
         c = choose(logits, scfg, gen)
+        if model_logp is not None:  # scores stay the model's own (as in sampler.py)
+            c.logp = model_logp.gather(-1, c.tokens[:, None]).squeeze(-1)
         steps += 1
         tok = torch.where(done, torch.full_like(c.tokens, pad_id), c.tokens)
         x[:, t + 1] = tok

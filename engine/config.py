@@ -104,6 +104,12 @@ class SamplerConfig:
     # Abstain (empty text) when the winner's mean log-prob is below this: a wrong suggestion
     # costs the user more than none. -inf = always answer.
     min_score: float = float("-inf")
+    # Abstain early: a request whose first step shows it will end this far below min_score stops
+    # there (sampler.py, `_give_up_hopeless`); inf = never. The first step's estimate is
+    # pessimistic for the model alone (later steps see more of the span): on the validation
+    # packages 1.0 lost 1 of 34 shown answers (none right) with drafts off, and ran 3.2x fewer
+    # forwards on blocks; 0 lost 25 of 34 with drafts off.
+    abstain_margin: float = 1.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -135,6 +141,18 @@ class SamplerConfig:
 
 
 @dataclass(frozen=True)
+class CacheConfig:
+    """The decode-time cache model (cachemodel.py): how much copied text weighs."""
+
+    enabled: bool = True
+    max_alpha: float = 0.97  # the cache's largest share: the model can still overrule a weak copy
+    length_scale: float = 10.0  # characters of match past min_matched at which alpha reaches 63% of max_alpha
+    min_matched: int = 8  # a match this short weighs nothing (6-11 characters continue a line ~8% of the time)
+    max_tokens: int = 96  # tokens of each continuation followed
+    max_queries: int = 64  # lookups per request (each costs ~0.1-1 ms): the walk stops asking after
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Where and how the model runs."""
 
@@ -148,3 +166,4 @@ class EngineConfig:
     # CPU, run eagerly: tests) | off (the dynamic step everywhere).
     step_graphs: str = "auto"
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)

@@ -10,9 +10,11 @@ or editors.
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +23,7 @@ import torch
 from .autoregressive import decode
 from .batch import Batch, make_batch
 from .cache import ContextCache
+from .cachemodel import CacheModel, Lookup
 from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, read_sampler_defaults, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
 from .errors import Cancelled, CheckpointError
@@ -31,6 +34,32 @@ from .sampler import Denoised, Denoiser
 from .step import StepGraphs
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
+
+@functools.cache
+def auto_dtype(device: str) -> str:
+    """bfloat16 where it is fast, else float32.
+
+    GPUs and CPUs with native bf16 arithmetic (AVX512-BF16, AMX, recent Arm) run the model
+    faster in bf16, but CPUs without it (AVX2-only x86 such as many AMD EPYC/Ryzen and older
+    Intel parts) emulate bf16 matmuls some 50x slower than fp32 (0.6 vs 33 GFLOP/s measured on
+    an AVX2 EPYC). No flag torch reports says which, so two small matmuls decide (once per
+    process, a few ms)."""
+    if torch.device(device).type != "cpu":
+        return "bfloat16"
+    times, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: a busy machine stalls a parallel matmul, not a serial one
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(64, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
+        a @ b  # first call: kernel selection, thread pool
+        best = math.inf
+        for _ in range(4):  # the fastest call: other processes only ever slow one down
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        times[dtype] = best
+    torch.set_num_threads(threads)
+    return "bfloat16" if times[torch.bfloat16] < times[torch.float32] else "float32"
+
 
 MAX_CONTEXT_CACHES = 16  # documents whose context keys/values are kept (~2 MB each for the default model)
 
@@ -43,6 +72,9 @@ class InfillRequest:
     # Texts that may follow the cursor (e.g. a continuation of matching code elsewhere): each
     # seeds one more candidate row, revised by the model instead of written from masks.
     drafts: tuple[str, ...] = ()
+    # The cache model's text lookup (cachemodel.py): continuations of code matching the text
+    # before the cursor plus what the span has so far, mixed into every masked position.
+    lookup: Lookup | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -76,6 +108,7 @@ class _Run:
     cancel: object | None
     stop: Callable[[str], bool] | None
     on_preview: Callable[[Preview], None] | None
+    caches: dict[int, CacheModel] = field(default_factory=dict)  # request -> its cache model
 
     @property
     def first_allowed(self) -> dict[int, torch.Tensor]:
@@ -133,7 +166,7 @@ class Engine:
         device = device or config.device
         dtype = dtype or config.dtype
         if dtype == "auto":
-            dtype = "bfloat16"
+            dtype = auto_dtype(device)
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
         if config.threads and device == "cpu":
@@ -177,8 +210,8 @@ class Engine:
 
     def infill(self, prefix: str, suffix: str = "", extra: str = "", *, drafts=(), sampler: SamplerConfig | None = None,
                on_preview: Callable[[Preview], None] | None = None, cancel=None, cache_key: str = "default",
-               stop: Callable[[str], bool] | None = None) -> Completion:
-        return self.infill_batch([InfillRequest(prefix, suffix, extra, tuple(drafts))], sampler=sampler,
+               stop: Callable[[str], bool] | None = None, lookup: Lookup | None = None) -> Completion:
+        return self.infill_batch([InfillRequest(prefix, suffix, extra, tuple(drafts), lookup)], sampler=sampler,
                                  on_preview=on_preview, cancel=cancel, cache_key=cache_key, stop=stop)[0]
 
     @torch.inference_mode()
@@ -197,7 +230,7 @@ class Engine:
         batch = make_batch(rows, self._pad_id, self.device)
         tokenize_ms = (time.perf_counter() - t0) * 1000
         reuse = self._context_cache(cache_key) if len(requests) == 1 and self.config.reuse_cache else None
-        run = _Run(scfg, owners, prepared, reuse, cancel, stop, on_preview)
+        run = _Run(scfg, owners, prepared, reuse, cancel, stop, on_preview, self._cache_models(requests, prepared))
         out, alive = self._decode(batch, run) if self.model_config.is_causal else self._denoise(batch, run)
         source_of = {id(row): s for row, s in zip(rows, sources)}  # rows survive pruning as the same objects
         row_sources = [source_of[id(row)] for row in out.batch.rows]
@@ -206,10 +239,20 @@ class Engine:
         results = []
         for i in range(len(requests)):
             score, r = best[i]
+            if i in out.hopeless:  # given up after the first step
+                score = float("-inf")
             drafts = sum(1 for o, s in zip(owners, sources) if o == i and s >= 0)
             results.append(self._completion(out, r, score, prepared[i], row_sources[r], drafts, scfg,
                                             tokenize_ms, total_ms))
+            cache = run.caches.get(i)
+            results[-1].stats.cache_queries = 0 if cache is None else cache.queries
         return results
+
+    def _cache_models(self, requests: list[InfillRequest], prepared: list[_Prepared]) -> dict[int, CacheModel]:
+        if not self.config.cache.enabled:
+            return {}
+        return {i: CacheModel(r.lookup, self.tokenizer, p.healed, self.config.cache)
+                for i, (r, p) in enumerate(zip(requests, prepared)) if r.lookup is not None}
 
     def _rows(self, requests: list[InfillRequest], prepared: list[_Prepared],
               scfg: SamplerConfig) -> tuple[list[Row], list[int], list[int]]:
@@ -234,7 +277,7 @@ class Engine:
         stop, on_preview, owners, prepared = run.stop, run.on_preview, run.owners, run.prepared
         out = decode(self.model, batch, run.scfg, end_ids=self._end_ids, pad_id=self._pad_id, banned=self._banned,
                      first_allowed=run.first_allowed, owners=owners, vocab_limit=self._vocab_limit, reuse=run.reuse,
-                     cancel=run.cancel,
+                     cancel=run.cancel, caches=run.caches,
                      stop=None if stop is None else (lambda b, ids: stop(self._text(ids, prepared[owners[b]]))),
                      on_step=None if on_preview is None else
                      (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_preview)))
@@ -247,6 +290,7 @@ class Engine:
         denoiser = Denoiser(self.model, run.scfg, run.owners, self._end_ids, self._pad_id, self._banned,
                             run.first_allowed, self._vocab_limit, run.reuse, run.cancel,
                             head=None if self.kernels is None else self.kernels.head_confidence, steps=self.steps,
+                            caches=run.caches,
                             on_step=None if on_preview is None else
                             (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_preview)))
         if run.stop is not None:

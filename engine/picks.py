@@ -22,12 +22,13 @@ class Picks:
     prob: torch.Tensor  # [N] probability of the chosen token (at the sampling temperature)
     logp: torch.Tensor  # [N] log-probability of the chosen token at temperature 1
     top_logp: torch.Tensor  # [N] log of the largest probability (first-step length choice)
+    copied: torch.Tensor | None = None  # [N] continues a copied run (the cache model), when one is mixed in
 
     def select(self, sel: torch.Tensor) -> "Picks":
-        return Picks(*(t[sel] for t in self.__dict__.values()))
+        return Picks(*(None if t is None else t[sel] for t in self.__dict__.values()))
 
     def cpu(self) -> "Picks":
-        return Picks(*(t.cpu() for t in self.__dict__.values()))
+        return Picks(*(None if t is None else t.cpu() for t in self.__dict__.values()))
 
 
 def choose(logits: torch.Tensor, scfg: SamplerConfig, gen: torch.Generator | None) -> Picks:

@@ -21,6 +21,7 @@ class Stats:
     drafts: int = 0  # draft rows tried (seeded candidates)
     draft: int = -1  # index of the draft whose row won; -1: the plain all-mask row
     draft_kept: int = 0  # draft tokens the winning row kept (the rest were re-masked and denoised)
+    cache_queries: int = 0  # text lookups the cache model made for this request (0: no cache)
 
     @property
     def tokens_per_forward(self) -> float:

@@ -14,6 +14,11 @@ whole answers its request at once. When a request has several rows (drafts, the 
 all-mask row, span lengths), one last forward scores every finished row the same way so
 they can be compared (`Denoised.score`).
 
+The cache model (cachemodel.py): a request with one has its cache's next-token prediction mixed
+into every masked position's distribution, left to right along each row (a position's chain is
+the span before it, committed or picked in this step), so copied text clears the threshold
+several tokens at a time and may run past the semi-autoregressive block. Scores stay the model's.
+
 `Denoiser.run` in steps: encode the context, judge the drafts, then step (pick at masked
 positions, hold some back, choose the span length, commit, stream a preview) until nothing is
 masked, and score what is left. The rows and everything kept per row live in one `Running`
@@ -31,6 +36,7 @@ import torch
 
 from .batch import Batch, encode_context
 from .cache import ContextCache, KVCache
+from .cachemodel import CacheModel, mix_along_rows
 from .config import SamplerConfig
 from .errors import Cancelled
 from .model import DiffusionLM
@@ -63,6 +69,7 @@ class Running:
     steps: int = 0
     forwards: int = 0
     static_steps: int = 0
+    hopeless: set[int] = field(default_factory=set)  # requests given up after the first step
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only `rows` (ascending indices, on the host) go on."""
@@ -95,6 +102,7 @@ class Denoised:
     kept: torch.Tensor | None = None  # [B] draft tokens each row kept (0 for plain rows)
     score: torch.Tensor | None = None  # [B] mean log-prob of each row's span under one scoring
     static_steps: int = 0  # steps run by the static (graph-captured on CUDA) step
+    hopeless: set[int] = field(default_factory=set)  # requests given up early: they abstain
 
 
 @dataclass
@@ -119,6 +127,10 @@ class Denoiser:
     # Static-shape steps (step.StepGraphs), replayed as CUDA graphs: the greedy span steps over
     # cached context keys/values (not the full passes of "full"-attention models).
     steps: StepGraphs | None = None
+    # request -> its cache model (cachemodel.py), mixed into every masked position's distribution.
+    # Mixing needs the logits, so requests with a cache take the plain head (no fused head, no
+    # static step).
+    caches: dict[int, CacheModel] = field(default_factory=dict)
     running: Running | None = field(init=False, default=None)  # the rows of the current (or last) run
     ends_host: torch.Tensor = field(init=False)  # end_ids for the host-side decision
 
@@ -160,10 +172,10 @@ class Denoiser:
             self._check_cancel()
             self._step(st, st.steps + 1 - judged, max_steps, gen)
         st.move(dev)
-        score = self._final_scores(st, rescore=denoised)
+        score = None if set(st.alive) <= st.hopeless else self._final_scores(st, rescore=denoised)
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
-                        st.kept, score, st.static_steps)
+                        st.kept, score, st.static_steps, st.hopeless)
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -222,17 +234,56 @@ class Denoiser:
         if step == 1 and self.scfg.length_choice == "first_step" and st.batch.B > 1:
             b_idx, a_idx, picks = self._choose_length(st, b_idx, a_idx, picks)
         self._commit(st, b_idx, a_idx, picks, step, max_steps)
+        if step == 1:
+            self._give_up_hopeless(st, b_idx, a_idx, picks)
         self._stream(st)
         refresh = self.scfg.refresh_every
         if self.model.config.attention == "full" and bool(st.masked.any()) and refresh and st.steps % refresh == 0:
             # new context keys: the static step is loaded again
             st.hidden, st.static = self._full_pass(st.batch, st.kv, st.x.to(st.batch.act_ids.device)), None
 
+    def _give_up_hopeless(self, st: Running, b_idx, a_idx, picks: Picks) -> None:
+        """Abstain early: after the first step, a request whose every row would score below
+        `min_score` by more than `abstain_margin` even if each position still masked became the
+        token this step liked best stops here, instead of running the whole schedule to show
+        nothing. A row's estimate is its mean log-prob up to where it would end (its first picked
+        end token, or sooner where the caller's stop rule ends the unit, the padding after it
+        counting 0 as in the final score), plus the draft bonus for seeded rows."""
+        bar = self.scfg.min_score - self.scfg.abstain_margin
+        if not math.isfinite(bar):
+            return
+        est, tok = st.logp.clone(), st.x.clone()
+        est[b_idx, a_idx], tok[b_idx, a_idx] = picks.top_logp, picks.tokens
+        ends, at = torch.isin(tok, self.ends_host), st.batch.span_at
+        best: dict[int, float] = {}
+        for b, row in enumerate(st.batch.rows):
+            span_end = at + row.length
+            hits = ends[b, at:span_end].nonzero()
+            stop = at + int(hits[0]) + 1 if hits.numel() else span_end
+            unit = self._unit_end(b, tok[b, at:stop].tolist())  # the caller's stop rule may end it sooner
+            mean = float(est[b, at:stop].mean()) if unit is None else float(est[b, at:at + unit].sum()) / (unit + 1)
+            score = mean + (self.scfg.draft_bonus if bool(st.seeded[b].any()) else 0.0)
+            req = st.alive[b]
+            best[req] = max(best.get(req, -math.inf), score)
+        st.hopeless |= {req for req, score in best.items() if score < bar}
+        for b in range(st.batch.B):
+            if st.alive[b] in st.hopeless:
+                st.x[b, st.masked[b]] = self.pad_id
+                st.masked[b] = False
+
+    def _unit_end(self, b: int, ids: list[int]) -> int | None:
+        """Tokens of `ids` after which the stop rule says the row's unit is complete (None: never)."""
+        if self.stop is not None:
+            for k in range(1, len(ids) + 1):
+                if self.stop(b, ids[:k]):
+                    return k
+        return None
+
     def _pick(self, st: Running, b_idx, a_idx, gen) -> Picks:
         """Picks at the masked positions (b_idx, a_idx): from hidden states already computed,
         the static step, or a forward over the active block."""
         hidden, st.hidden = st.hidden, None
-        if hidden is None and self.steps is not None and self.scfg.temperature == 0:
+        if hidden is None and self.steps is not None and self.scfg.temperature == 0 and not self.caches:
             if st.static is None:
                 st.static = self.steps.prepare(st.batch, st.kv, self.scfg.score)
             hidden, packed = st.static.run(st.x)
@@ -244,7 +295,7 @@ class Denoiser:
         if hidden is None:
             hidden = self.model(st.x.to(st.batch.act_ids.device), st.batch.act_pos, st.kv, start=st.batch.C,
                                 key_valid=st.kvalid)
-        return self._choose_rows(hidden, b_idx, a_idx, st.batch.span_at, gen)
+        return self._choose_rows(hidden, b_idx, a_idx, st, gen)
 
     def _choose_length(self, st: Running, b_idx, a_idx, picks: Picks):
         """Keep each request's most confident span length after the first step; the step's
@@ -296,10 +347,11 @@ class Denoiser:
         lp, _, _ = self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded)
         return lp.masked_fill(~seeded, 0.0).sum(1) / seeded.sum(1).clamp_min(1)
 
-    def _choose_rows(self, hidden, b_idx, a_idx, span_at: int, gen) -> Picks:
+    def _choose_rows(self, hidden, b_idx, a_idx, st: Running, gen) -> Picks:
         """The picks at masked positions (b_idx, a_idx) from the step's hidden states, on the host."""
+        span_at = st.batch.span_at
         rows = hidden[b_idx.to(hidden.device), (a_idx - self._shift).to(hidden.device)]
-        if self.head is not None and self.scfg.temperature == 0:
+        if self.head is not None and self.scfg.temperature == 0 and not self.caches:
             banned = torch.tensor(self.banned, dtype=torch.long, device=rows.device) if self.banned else None
             conf = self.head(rows.contiguous(), self.model.lm_head.weight, 1.0, self.vocab_limit, banned)
             picks = Picks(conf.tokens, conf.score(self.scfg.score).clone(), conf.prob, conf.logp, conf.logp).cpu()
@@ -307,7 +359,20 @@ class Denoiser:
             return picks
         logits = self.model.logits(rows)
         self._constrain(logits, b_idx, a_idx - span_at)
-        return choose(logits, self.scfg, gen).cpu()
+        if not self.caches:
+            return choose(logits, self.scfg, gen).cpu()
+        model_logp = torch.log_softmax(logits.float(), dim=-1)
+        caches = [self.caches.get(req) for req in st.alive]
+        copied = mix_along_rows(caches, logits, b_idx, a_idx, st.x, [r.length for r in st.batch.rows],
+                                st.batch.span_at, set(self.ends_host.tolist()), self.scfg.threshold)
+        picks = choose(logits, self.scfg, gen)
+        # Scores (abstention, early or late, comparing rows) stay the model's own: copied text
+        # is no evidence that it fits here, and the copy baseline shows how often it does not.
+        picks.logp = model_logp.gather(-1, picks.tokens[:, None]).squeeze(-1)
+        picks.top_logp = model_logp.max(-1).values
+        picks = picks.cpu()
+        picks.copied = copied
+        return picks
 
     def _fix_first_rows(self, picks: Picks, hidden, b_idx, a_idx, span_at: int) -> None:
         """The fused head knows only banned ids; a request whose first token must start with
@@ -324,7 +389,8 @@ class Denoiser:
         self._constrain(logits, b, a - span_at)
         fixed = choose(logits, self.scfg, None)
         for name, t in fixed.__dict__.items():
-            getattr(picks, name)[sel] = t.cpu().to(getattr(picks, name).dtype)
+            if t is not None:
+                getattr(picks, name)[sel] = t.cpu().to(getattr(picks, name).dtype)
 
     # -- drafts ----------------------------------------------------------------------------
 
@@ -481,6 +547,8 @@ class Denoiser:
         first = torch.where(masked, idx, masked.shape[1]).min(1).values  # first masked position per row
         block_start = span_at + (first - span_at) // n * n
         outside = a_idx >= block_start[b_idx] + n
+        if picks.copied is not None:
+            outside &= ~picks.copied  # a copied run goes on past the block
         picks.score[outside] = -2.0  # never above the threshold, and below every in-block position
 
     def _stop_finished_units(self, x, masked, span_at: int) -> None:

@@ -78,6 +78,7 @@ def _complete_parser(sub) -> None:
     c.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
                    help="drafts from the file itself: seed the model with them (default), use them alone, "
                         "or not at all")
+    _cache_arg(c)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
     c.set_defaults(run=_complete)
@@ -91,7 +92,10 @@ def _eval_parser(sub) -> None:
     _eval_args(ei, "cursor samples", "rest_of_line,next_line,block,node")
     ei.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
                     help="drafts from the same file: seed the model (the server's default), alone, or off")
+    _cache_arg(ei)
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                    help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
     ei.set_defaults(run=_eval_infill)
 
     ne = tasks.add_parser("next-edit", help="next-edit scenarios (renames, added parameters, repeated literals) "
@@ -103,6 +107,12 @@ def _eval_parser(sub) -> None:
     ne.add_argument("--no-model", action="store_true", help="the proposals alone, without the model's judgement")
     ne.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ne.set_defaults(run=_eval_next_edit)
+
+
+def _cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache", choices=["on", "off"], default="on",
+                   help="the cache model: tokens copied from matching code in the file mixed into the model's "
+                        "predictions (default on)")
 
 
 def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str) -> None:
@@ -242,7 +252,7 @@ def _complete(args) -> int:
     except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
         raise UserError(f"{path}: cannot read as UTF-8 text ({e.__class__.__name__})") from None
     prefix, _ = split_at(text, line, col)
-    options = {"drafts": args.drafts, "threshold": args.threshold}
+    options = {"drafts": args.drafts, "threshold": args.threshold, "cache": args.cache == "on"}
     if args.span is not None:
         options.update(lineTokens=args.span, blockTokens=args.span)
     config, problems = parse(options, ServerConfig())
@@ -286,13 +296,30 @@ def _eval_infill(args) -> int:
         print(f"redraft: skipping {path} (not UTF-8 text)", file=sys.stderr)
     if not sources:
         raise UserError(f"{args.files}: no readable *.py files")
+    if args.plot is not None:
+        _check_plot(args.plot)
     engine = None if args.drafts == "only" else _load_engine(args)
     if engine is not None:
         engine.with_sampler(seed=args.seed)
-    outcomes = run(engine, sources, kinds, args.limit, args.seed, ServerConfig(drafts=args.drafts))
+    config = ServerConfig(drafts=args.drafts, cache=args.cache == "on")
+    outcomes = run(engine, sources, kinds, args.limit, args.seed, config)
     rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
     print(json.dumps(rep, ensure_ascii=False) if args.json else format_table(rep))
+    if args.plot is not None:
+        from .eval.plot import plot_report
+        plot_report(rep, args.plot)
     return 0
+
+
+def _check_plot(path: Path) -> None:
+    """Fail before the run, not after it, when the figure cannot be written."""
+    from .eval.plot import check
+    try:
+        check()
+    except ImportError:
+        raise UserError("--plot needs matplotlib (pip install 'redraft[train]')") from None
+    if not path.parent.is_dir():
+        raise UserError(f"--plot {path}: no folder {path.parent}")
 
 
 def _eval_next_edit(args) -> int:

@@ -4,7 +4,9 @@ corpus.py builds the Python corpus (the installed CPython's standard library plu
 permissively licensed PyPI packages, split by package); tokenizer.py trains the byte-level
 BPE; examples.py shapes training rows like the job (fill-in-the-middle with character-level
 splits, padded variable-length spans, drafts to repair, synthetic renames with an edit
-history, in the engine's prompt format: engine/prompt.py); train.py runs the autoregressive
-twin and the masked-diffusion adaptation; ship.py copies a checkpoint into the package.
+history, copy-rich rows whose middle recurs in the prefix, in the engine's prompt format:
+engine/prompt.py); recipe.py holds what training adds to plain masked diffusion (edit
+corruption, certainty forcing, Muon, schedules); train.py runs the autoregressive twin and
+the masked-diffusion adaptation; ship.py copies a checkpoint into the package.
 Needs nothing from the server.
 """

@@ -8,6 +8,11 @@ a character position, so spans start and end mid-token:
   chars         a random run of characters
   rename        an identifier renamed at one line (shown in an edit-history header); the
                 middle is a later line with the same identifier, to be renamed likewise
+Copy-rich rows (copy_example, a share early in training so copying heads form):
+  recur         the cursor at an identifier that already occurs in the prefix, the middle
+                the rest of that line
+  repeat        1-8 lines of the file written twice in a row (S S), the cursor inside the
+                second copy, the middle the rest of that line: the answer is in plain sight
 The autoregressive twin reads the middle then <|endoftext|>; the diffusion model reads a
 span of the middle, <|endoftext|>, and padding, partly masked (train.py).
 """
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from ..prompt import END, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, render_history
 
 KINDS = (("rest_of_line", 0.35), ("lines", 0.2), ("block", 0.15), ("chars", 0.2), ("rename", 0.1))
+COPY_KINDS = (("recur", 0.5), ("repeat", 0.5))
 IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 RESERVED = set(keyword.kwlist) | {"self", "cls", "None", "True", "False", "print", "len", "str", "int"}
 PREFIX_CHARS, SUFFIX_CHARS, MIDDLE_CHARS = 2400, 900, 400
@@ -36,9 +42,12 @@ class Example:
     suffix: str
 
 
+def _is_code(line: str) -> bool:
+    return len(line.strip()) >= 8 and not line.lstrip().startswith(("#", '"', "'"))
+
+
 def _code_lines(lines: list[str]) -> list[int]:
-    return [i for i, ln in enumerate(lines)
-            if len(ln.strip()) >= 8 and not ln.lstrip().startswith(("#", '"', "'"))]
+    return [i for i, ln in enumerate(lines) if _is_code(ln)]
 
 
 def _indent(line: str) -> int:
@@ -51,13 +60,18 @@ def _cut(text: str, start: int, end: int, kind: str, extra: str = "") -> Example
                    text[end:end + SUFFIX_CHARS])
 
 
-def sample_example(text: str, rng: random.Random) -> Example | None:
-    kind = rng.choices([k for k, _ in KINDS], [w for _, w in KINDS])[0]
+def _lines(text: str) -> tuple[list[str], list[int], list[int]]:
+    """The text's lines, the offset each starts at (plus the end), and the rows holding code."""
     lines = text.splitlines(keepends=True)
     starts = [0]
     for ln in lines:
         starts.append(starts[-1] + len(ln))
-    code = _code_lines(lines)
+    return lines, starts, _code_lines(lines)
+
+
+def sample_example(text: str, rng: random.Random) -> Example | None:
+    kind = rng.choices([k for k, _ in KINDS], [w for _, w in KINDS])[0]
+    lines, starts, code = _lines(text)
     if not code:
         return None
     if kind == "rest_of_line":
@@ -86,6 +100,45 @@ def sample_example(text: str, rng: random.Random) -> Example | None:
         start = rng.randrange(len(text))
         return _cut(text, start, start + int(rng.expovariate(1 / 40)) + 1, kind)
     return _rename(text, lines, starts, code, rng)
+
+
+def copy_example(text: str, rng: random.Random) -> Example | None:
+    """A row whose middle recurs in the visible prefix (COPY_KINDS)."""
+    lines, starts, code = _lines(text)
+    if not code:
+        return None
+    kind = rng.choices([k for k, _ in COPY_KINDS], [w for _, w in COPY_KINDS])[0]
+    if kind == "recur":
+        return _recur(text, lines, starts, code, rng)
+    return _repeat(text, lines, starts, code, rng)
+
+
+def _recur(text, lines, starts, code, rng) -> Example | None:
+    """Cursor at an identifier seen earlier in the prefix window; the middle is the rest of the line."""
+    for i in rng.sample(code, min(20, len(code))):  # a few tries: most lines have one
+        body = lines[i].rstrip("\r\n").rstrip()
+        hits = [m for m in IDENT.finditer(body) if m.group() not in RESERVED and len(m.group()) > 2]
+        rng.shuffle(hits)
+        for m in hits:
+            at = starts[i] + m.start()
+            if re.search(rf"\b{re.escape(m.group())}\b", text[max(0, at - PREFIX_CHARS):at]):
+                return _cut(text, at, starts[i] + len(body), "recur")
+    return None
+
+
+def _repeat(text, lines, starts, code, rng) -> Example | None:
+    """Lines i..i+n written twice; the cursor inside the second copy (Bi-Induct's S S rows)."""
+    i = rng.choice(code)
+    n = min(rng.randint(1, 8), len(lines) - i)
+    a, b = starts[i], starts[i + n]
+    if not text[a:b].endswith("\n"):
+        return None
+    doc = text[:b] + text[a:b] + text[b:]
+    j = rng.choice([k for k in range(i, i + n) if _is_code(lines[k])] or [i])
+    body = lines[j].rstrip("\r\n").rstrip()
+    col = rng.randint(_indent(body), max(_indent(body), len(body) - 1))
+    at = b + starts[j] - a  # line j's start in the second copy
+    return _cut(doc, at + col, at + len(body), "repeat")
 
 
 def _rename(text, lines, starts, code, rng) -> Example | None:

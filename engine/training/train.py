@@ -8,12 +8,16 @@
 Autoregressive: next-token loss on every position of fill-in-the-middle rows (causal).
 Diffusion (MDLM / LLaDA weighting): the span (middle, end token, padding) is masked with
 ratio t ~ U(0.02, 1) and the loss on masked positions is weighted 1/t; in a share of rows
-visible span tokens are swapped for plausible wrong ones (tokens of the same row) and the
-loss covers every span position, so the model learns to judge and repair a visible draft.
+the visible span is a draft with edits (tokens replaced, inserted or dropped) and the loss
+covers every span position, so the model learns to judge and repair a visible draft; an
+entropy penalty on masked positions already predicted right makes right answers confident.
 Context attends causally, the span block attends to everything ("context_causal"), so
 context keys/values are exact and reusable at inference. Both objectives see the same
-rows, shaped by examples.py. bf16 autocast, AdamW, cosine schedule; checkpoints hold the
-model and optimizer in safetensors (no pickles), and --resume continues a run exactly.
+rows, shaped by examples.py, copy-rich ones first (a share annealed to 0), optionally
+short rows first. Muon on hidden matrices and AdamW elsewhere (recipe.py), cosine schedule,
+bf16 autocast where the CPU has native bf16 (float32 otherwise); checkpoints hold the model
+and optimizer in safetensors (no pickles), --resume continues a run exactly, and --deadline
+stops it at a wall-clock time.
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from ..checkpoint import save_checkpoint
+from ..engine import auto_dtype
 from ..config import ModelConfig
 from ..model import DiffusionLM
 from .corpus import read_split
-from .examples import encode_example, sample_example
-from ..prompt import END, LAYOUT, MASK, SEGMENT_TOKENS
+from .examples import copy_example, encode_example, sample_example
+from .recipe import build_optimizers, certainty_penalty, corrupt_span, seq_at, share_at
+from ..prompt import END, LAYOUT, MASK, SEGMENT_TOKENS, SPECIAL_TOKENS
 
 SHAPE = dict(vocab_size=12288, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
              num_attention_heads=8, num_key_value_heads=4, head_dim=32, rms_norm_eps=1e-6,
@@ -45,57 +51,78 @@ DRAFT_SHARE = 0.15
 
 
 class Rows:
-    """An endless, seeded stream of training batches from a corpus split."""
+    """An endless, seeded stream of training batches from a corpus split.
 
-    def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool, context_ar: bool = False):
+    `copy_share` of the rows (falling to 0 over `copy_anneal` steps; constant when 0) are
+    copy-rich (examples.copy_example); `edit_share` of diffusion rows show a corrupted draft
+    (recipe.corrupt_span, edits at `edit_rate` of the middle); rows grow from 128 tokens to T
+    over `seq_warmup` steps.
+    """
+
+    def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool, context_ar: bool = False,
+                 *, copy_share: float = 0.0, copy_anneal: int = 0, edit_share: float = DRAFT_SHARE,
+                 edit_rate: float = 0.3, seq_warmup: int = 0):
         self.docs = [d["text"] for d in docs if len(d["text"]) > 200]
         self.weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
         self.tok, self.T, self.B, self.seed, self.diffusion = tok, T, B, seed, diffusion
         self.context_ar = context_ar
+        self.copy_share, self.copy_anneal, self.seq_warmup = copy_share, copy_anneal, seq_warmup
+        self.edit_share, self.edit_rate = edit_share, edit_rate
         self.end = tok.token_to_id(END)
         self.mask = tok.token_to_id(MASK)
+        self.special = {tok.token_to_id(t) for t in SPECIAL_TOKENS}
+
+    def seq(self, step: int) -> int:
+        return seq_at(step, self.T, self.seq_warmup)
+
+    def copy(self, step: int) -> float:
+        return share_at(step, self.copy_share, self.copy_anneal)
 
     def batch(self, step: int) -> dict:
         rng = random.Random(self.seed * 1_000_003 + step)
+        T, copy = self.seq(step), self.copy(step)
         rows = []
         while len(rows) < self.B:
             text = rng.choices(self.docs, self.weights)[0]
-            ex = sample_example(text, rng)
+            # No draw when the share is 0, so runs without copy rows see the rows they always did.
+            pick = copy_example if copy and rng.random() < copy else sample_example
+            ex = pick(text, rng)
             if ex is None or not ex.middle.strip():
                 continue
-            rows.append(encode_example(ex, self.tok, self.T, rng, pad_span=self.diffusion))
-        return self._diffusion(rows, rng) if self.diffusion else self._ar(rows)
+            rows.append(encode_example(ex, self.tok, T, rng, pad_span=self.diffusion))
+        return self._diffusion(rows, rng, T) if self.diffusion else self._ar(rows, T)
 
-    def _ar(self, rows) -> dict:
-        ids = torch.full((self.B, self.T), self.end, dtype=torch.long)
-        weight = torch.zeros(self.B, self.T)
+    def _ar(self, rows, T: int) -> dict:
+        ids = torch.full((self.B, T), self.end, dtype=torch.long)
+        weight = torch.zeros(self.B, T)
         for b, r in enumerate(rows):
             ids[b, :len(r.ids)] = torch.tensor(r.ids)
             weight[b, :len(r.ids) - 1] = 1.0  # position j predicts j + 1
         target = torch.roll(ids, -1, dims=1)
         return dict(ids=ids, target=target, weight=weight, causal=True)
 
-    def _diffusion(self, rows, rng: random.Random) -> dict:
-        ids = torch.full((self.B, self.T), self.end, dtype=torch.long)
-        target = torch.full((self.B, self.T), self.end, dtype=torch.long)
-        weight = torch.zeros(self.B, self.T)
-        ctx = torch.zeros(self.B, dtype=torch.long)
-        stop = torch.zeros(self.B, dtype=torch.long)
-        ar_weight = torch.zeros(self.B, self.T)
+    def _diffusion(self, rows, rng: random.Random, T: int) -> dict:
+        B = self.B
+        ids = torch.full((B, T), self.end, dtype=torch.long)
+        target = torch.full((B, T), self.end, dtype=torch.long)
+        weight, ar_weight = torch.zeros(B, T), torch.zeros(B, T)
+        masked = torch.zeros(B, T, dtype=torch.bool)  # at j - 1 when token j is masked
+        ctx, stop = torch.zeros(B, dtype=torch.long), torch.zeros(B, dtype=torch.long)
+        edited = torch.zeros(B, dtype=torch.bool)
         for b, r in enumerate(rows):
             row = list(r.ids)
             t = 0.02 + 0.98 * rng.random()
-            draft = rng.random() < DRAFT_SHARE
-            context_tokens = row[:r.span_at]
-            for j in range(r.span_at, len(row)):
-                true = r.ids[j]
-                target[b, j - 1] = true  # shifted: position j - 1 predicts token j
+            edited[b] = rng.random() < self.edit_share
+            if edited[b]:  # a draft with mistakes; the loss then covers every span position
+                pool = [x for x in row[:r.span_at] if x not in self.special]
+                draft, _ = corrupt_span(row[r.span_at:], r.middle, pool, self.edit_rate, rng, self.end)
+            for k, j in enumerate(range(r.span_at, len(row))):
+                target[b, j - 1] = r.ids[j]  # shifted: position j - 1 predicts token j
                 if rng.random() < t:
                     row[j] = self.mask
-                    weight[b, j - 1] = 1.0 / t
-                elif draft:
-                    if rng.random() < 0.3:
-                        row[j] = rng.choice(context_tokens)
+                    weight[b, j - 1], masked[b, j - 1] = 1.0 / t, True
+                elif edited[b]:
+                    row[j] = draft[k]
                     weight[b, j - 1] = 1.0
             ids[b, :len(row)] = torch.tensor(row)
             ctx[b] = r.span_at - 1  # <|fim_middle|> opens the span block
@@ -103,7 +130,8 @@ class Rows:
             if self.context_ar:  # the context attends causally: each position may predict the next
                 target[b, :r.span_at - 2] = torch.tensor(r.ids[1:r.span_at - 1])
                 ar_weight[b, :r.span_at - 2] = 1.0
-        return dict(ids=ids, target=target, weight=weight, causal=False, ctx=ctx, stop=stop, ar_weight=ar_weight)
+        return dict(ids=ids, target=target, weight=weight, causal=False, ctx=ctx, stop=stop, ar_weight=ar_weight,
+                    masked=masked, edited=edited)
 
 
 def span_mask(ctx: torch.Tensor, stop: torch.Tensor, T: int, full: bool = False) -> torch.Tensor:
@@ -119,24 +147,41 @@ def span_mask(ctx: torch.Tensor, stop: torch.Tensor, T: int, full: bool = False)
     return ((k <= q) | (in_block & (k < s))).unsqueeze(1)
 
 
-def loss_of(model: DiffusionLM, batch: dict) -> torch.Tensor:
+def loss_of(model: DiffusionLM, batch: dict, stats: dict | None = None) -> torch.Tensor:
+    """The batch's loss; with `stats`, also masked-position accuracy and the share right and ≥ 90% sure."""
     ids = batch["ids"]
     B, T = ids.shape
     pos = torch.arange(T).expand(B, T)
     mask = None if batch["causal"] else span_mask(batch["ctx"], batch["stop"], T, batch.get("full", False))
     hidden = model(ids, pos, causal=batch["causal"], mask=mask)
-    loss = _weighted_ce(model, hidden, batch["target"], batch["weight"])
+    loss = _weighted_ce(model, hidden, batch["target"], batch["weight"], batch.get("masked"),
+                        batch.get("certainty", 0.0), stats)
     if "ar_weight" in batch and bool((batch["ar_weight"] > 0).any()):
         # Next-token loss on the causal context: its own mean, so the span keeps its weight.
         loss = loss + _weighted_ce(model, hidden, batch["target"], batch["ar_weight"])
     return loss
 
 
-def _weighted_ce(model: DiffusionLM, hidden, target, w) -> torch.Tensor:
+def _weighted_ce(model: DiffusionLM, hidden, target, w, masked=None, certainty: float = 0.0,
+                 stats: dict | None = None) -> torch.Tensor:
     sel = w > 0
     logits = model.lm_head(hidden[sel]).float()
-    ce = F.cross_entropy(logits, target[sel], reduction="none")
-    return (ce * w[sel]).sum() / sel.sum().clamp_min(1)
+    tgt = target[sel]
+    ce = F.cross_entropy(logits, tgt, reduction="none")
+    loss = (ce * w[sel]).sum() / sel.sum().clamp_min(1)
+    if masked is None:
+        return loss
+    m = masked[sel]
+    n = m.sum().clamp_min(1)
+    if certainty:  # per masked position, so its weight does not depend on the mask ratio
+        loss = loss + certainty * certainty_penalty(logits[m], tgt[m]).sum() / n
+    if stats is not None:
+        with torch.no_grad():
+            p, guess = logits[m].softmax(-1).max(-1)
+            right = guess == tgt[m]
+            stats["acc"] = float(right.sum() / n)
+            stats["sure"] = float((right & (p >= 0.9)).sum() / n)
+    return loss
 
 
 def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
@@ -167,21 +212,25 @@ def model_config(shape: dict, tokenizer, *, causal: bool) -> dict:
 
 
 def save_state(folder: Path, model, opt, step: int, log: list, meta: dict, tok_dir: Path) -> None:
-    """A resumable checkpoint: a redraft-format model folder plus optimizer tensors."""
+    """A resumable checkpoint: a redraft-format model folder plus optimizer tensors.
+
+    Tensors are named `optimizer.param.name` ("1.3.exp_avg"), one param_groups list per optimizer.
+    """
     cfg = model_config(meta["shape"], _tok(tok_dir), causal=meta["objective"] == "ar")
     if meta["objective"] != "ar":
         cfg["attention_pattern"] = meta.get("attention", "context_causal")
     save_checkpoint(model, folder, cfg, dtype=torch.float32)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tok_dir / name, folder / name)
-    tensors = {}
-    sd = opt.state_dict()
-    for idx, st in sd["state"].items():
-        for k, v in st.items():
-            tensors[f"{idx}.{k}"] = v.detach().clone().reshape(v.shape) if torch.is_tensor(v) else torch.tensor(v)
+    tensors, groups = {}, []
+    for o, sd in enumerate(x.state_dict() for x in opt.opts):
+        for idx, st in sd["state"].items():
+            for k, v in st.items():
+                tensors[f"{o}.{idx}.{k}"] = v.detach().clone() if torch.is_tensor(v) else torch.tensor(v)
+        groups.append(sd["param_groups"])
     save_file(tensors, str(folder / "optimizer.safetensors"))
     (folder / "train_state.json").write_text(json.dumps(
-        {"step": step, "log": log, "meta": meta, "param_groups": sd["param_groups"]}) + "\n")
+        {"step": step, "log": log, "meta": meta, "optimizers": groups}) + "\n")
 
 
 def load_state(folder: Path, model, opt) -> tuple[int, list]:
@@ -189,11 +238,17 @@ def load_state(folder: Path, model, opt) -> tuple[int, list]:
     weights = load_file(str(folder / "model.safetensors"))
     model.load_state_dict(weights, strict=False)
     tensors = load_file(str(folder / "optimizer.safetensors"))
-    st: dict[int, dict] = {}
+    if "optimizers" not in state:  # one AdamW, tensors named "param.name"
+        state["optimizers"] = [state["param_groups"]]
+        tensors = {f"0.{k}": v for k, v in tensors.items()}
+    if len(state["optimizers"]) != len(opt.opts):
+        raise SystemExit(f"{folder} was trained with another optimizer ({state['meta'].get('optimizer', 'adamw')})")
+    st: list[dict[int, dict]] = [{} for _ in opt.opts]
     for key, v in tensors.items():
-        idx, name = key.split(".", 1)
-        st.setdefault(int(idx), {})[name] = v
-    opt.load_state_dict({"state": st, "param_groups": state["param_groups"]})
+        o, idx, name = key.split(".", 2)
+        st[int(o)].setdefault(int(idx), {})[name] = v
+    for o, groups, s in zip(opt.opts, state["optimizers"], st):
+        o.load_state_dict({"state": s, "param_groups": groups})
     return state["step"], state["log"]
 
 
@@ -229,70 +284,92 @@ def train(args) -> Path:
     tok_dir = Path(args.tokenizer) if args.tokenizer else Path(args.init)
     tok = _tok(tok_dir)
     shape = shape_for(tok, json.loads(args.shape) if args.shape else None)
-    model = build_model(args.objective, tok, shape, args.attention)
-    if args.init:
-        model.load_state_dict(load_file(str(Path(args.init) / "model.safetensors")), strict=False)
-    model.train()
-    opt = optimizer(model, args.lr)
+    model = start_model(args, tok, shape)
+    opt = build_optimizers(model, args.lr, args.optimizer)
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and native_bf16())
     out = Path(args.out)
     step, log = 0, []
     if args.resume and (out / "last" / "train_state.json").is_file():
         step, log = load_state(out / "last", model, opt)
         print(f"resumed at step {step}", file=sys.stderr)
     rows, valid_batches = data(args, tok)
-    meta = {"objective": args.objective, "seq": args.seq, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-            "init": args.init, "steps": args.steps, "shape": shape, "attention": args.attention,
-            "context_ar": args.context_ar}
+    meta = {k: getattr(args, k) for k in META}
+    meta["shape"] = shape
+    if args.init and not log:  # where the warm start stands, on the same validation batches
+        log.append(dict(step=0, tokens=0, seconds=0.0, **valid_entry(model, valid_batches, bf16)))
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc=args.objective, file=sys.stderr, mininterval=10)
-    started = time.time()
+    started, saved, took = time.time(), step, 0.0
     until = min(args.until or args.steps, args.steps)
-    while step < until:
+    while step < until and time.time() + took < args.deadline:  # no step that would end past it
+        began = time.time()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        loss = train_step(model, opt, dict(rows.batch(step), full=args.attention == "full"))
+        batch = dict(rows.batch(step), full=args.attention == "full", certainty=args.certainty)
+        stats: dict = {}
+        loss = train_step(model, opt, batch, stats, bf16)
         step += 1
-        entry = {"step": step, "loss": round(loss, 4), "tokens": step * args.batch * args.seq,
-                 "seconds": round(time.time() - started, 1)}
+        tokens = (log[-1]["tokens"] if log else 0) + batch["ids"].numel()  # rows may grow
+        entry = {"step": step, "loss": round(loss, 4), "tokens": tokens, "seconds": round(time.time() - started, 1),
+                 **{k: round(v, 4) for k, v in stats.items()}}
         if step % args.eval_every == 0 or step == args.steps:
-            entry["valid"] = round(evaluate(model, valid_batches), 4)
-            model.train()
+            entry.update(valid_entry(model, valid_batches, bf16))
         log.append(entry)
         bar.update(1)
         bar.set_postfix(loss=entry["loss"], valid=entry.get("valid"))
+        if args.print_every and (step % args.print_every == 0 or "valid" in entry):
+            bar.write(json.dumps(dict(entry, seq=batch["ids"].shape[1], copy=round(rows.copy(step - 1), 3))),
+                      file=sys.stderr)
         if step in args.snapshot_at:
             save_state(out / f"step-{step}", model, opt, step, log, meta, tok_dir)
         if step % args.save_every == 0 or step == until:
             save_state(out / "last", model, opt, step, log, meta, tok_dir)
+            saved = step
+        took = time.time() - began
     bar.close()
+    if saved != step or not (out / "last").is_dir():  # stopped by the deadline between saves
+        save_state(out / "last", model, opt, step, log, meta, tok_dir)
     plot(log, out / "loss.png", args.objective)
     return out / "last"
 
 
-def optimizer(model: DiffusionLM, lr: float) -> torch.optim.Optimizer:
-    """AdamW, weight decay on matrices only."""
-    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
-    rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95), fused=False)
+def start_model(args, tok, shape: dict) -> DiffusionLM:
+    """The model to train: fresh, or the --init checkpoint's weights."""
+    model = build_model(args.objective, tok, shape, args.attention)
+    if args.init:
+        model.load_state_dict(load_file(str(Path(args.init) / "model.safetensors")), strict=False)
+    return model.train()
+
+
+META = ("objective", "seq", "batch", "lr", "seed", "init", "steps", "attention", "context_ar", "optimizer",
+        "copy_share", "copy_anneal", "edit_share", "edit_rate", "certainty", "seq_warmup", "precision")
+
+
+def valid_entry(model: DiffusionLM, batches: list[dict], bf16: bool) -> dict:
+    stats: dict = {}
+    loss = evaluate(model, batches, stats, bf16)
+    model.train()
+    return {"valid": round(loss, 4), **{f"valid_{k}": round(v, 4) for k, v in stats.items()}}
 
 
 def data(args, tok) -> tuple[Rows, list[dict]]:
-    """The training stream and the fixed validation batches."""
+    """The training stream and the fixed validation batches (plain rows: runs compare)."""
     diffusion = args.objective == "diffusion"
     corpus = Path(args.corpus)
     if args.context_ar and (not diffusion or args.attention != "context_causal"):
         raise SystemExit("--context-ar needs --objective diffusion with --attention context_causal")
-    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar)
+    recipe = dict(copy_share=args.copy_share, copy_anneal=int(args.copy_anneal * args.steps),
+                  edit_share=args.edit_share, edit_rate=args.edit_rate, seq_warmup=args.seq_warmup)
+    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar, **recipe)
     # Validation loss without the context term, so runs with and without it compare.
     valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion)
     return rows, [dict(valid.batch(10_000_000 + i), full=args.attention == "full") for i in range(args.valid_batches)]
 
 
-def train_step(model: DiffusionLM, opt: torch.optim.Optimizer, batch: dict) -> float:
-    """One optimizer step on `batch` (bf16 autocast, gradients clipped at 1); returns the loss."""
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = loss_of(model, batch)
+def train_step(model: DiffusionLM, opt, batch: dict, stats: dict | None = None, bf16: bool = True) -> float:
+    """One optimizer step on `batch` (bf16 autocast if asked, gradients clipped at 1); returns the loss."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = loss_of(model, batch, stats)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -301,12 +378,18 @@ def train_step(model: DiffusionLM, opt: torch.optim.Optimizer, batch: dict) -> f
 
 
 @torch.no_grad()
-def evaluate(model: DiffusionLM, batches: list[dict]) -> float:
+def evaluate(model: DiffusionLM, batches: list[dict], stats: dict | None = None, bf16: bool = True) -> float:
+    """Mean loss over `batches`; `stats` gets the mean of each loss_of statistic."""
     model.eval()
-    total = 0.0
+    total, sums = 0.0, {}
     for b in batches:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            total += float(loss_of(model, b))
+        one: dict = {}
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            total += float(loss_of(model, b, one))
+        for k, v in one.items():
+            sums[k] = sums.get(k, 0.0) + v / len(batches)
+    if stats is not None:
+        stats.update(sums)
     return total / len(batches)
 
 
@@ -315,7 +398,8 @@ def plot(log: list[dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([e["tokens"] / 1e6 for e in log], [e["loss"] for e in log], lw=0.6, alpha=0.6, label="train")
+    t = [e for e in log if "loss" in e]  # a warm start's step 0 has only a validation loss
+    ax.plot([e["tokens"] / 1e6 for e in t], [e["loss"] for e in t], lw=0.6, alpha=0.6, label="train")
     v = [e for e in log if "valid" in e]
     ax.plot([e["tokens"] / 1e6 for e in v], [e["valid"] for e in v], "o-", label="validation")
     ax.set_xlabel("training tokens (M)")
@@ -351,8 +435,45 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--context-ar", action="store_true",
                     help="diffusion with context_causal attention: also a next-token loss on the context")
     ap.add_argument("--until", type=int, default=0, help="stop after this step (resume later with --resume)")
+    ap.add_argument("--deadline", type=deadline, default=math.inf,
+                    help="stop (and save) before this UTC wall-clock time, HH:MM today or an ISO date-time: "
+                         "no step starts that would end past it, judged by the step before")
+    ap.add_argument("--print-every", type=int, default=0, help="print every Nth log entry as a JSON line")
+    ap.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
+                    help="bf16 autocast or float32; auto: bf16 where the CPU has native bf16")
+    recipe = ap.add_argument_group("recipe", "beyond plain masked diffusion (engine/training/recipe.py)")
+    recipe.add_argument("--optimizer", choices=["muon", "adamw"], default="muon",
+                        help="muon: Muon on hidden matrices, AdamW on embeddings and norms")
+    recipe.add_argument("--copy-share", type=float, default=0.5,
+                        help="share of copy-rich rows (the middle recurs in the prefix) at the start")
+    recipe.add_argument("--copy-anneal", type=float, default=0.3,
+                        help="fraction of --steps over which the copy share falls to 0 (0: it stays)")
+    recipe.add_argument("--edit-share", type=float, default=0.25,
+                        help="diffusion: share of rows whose visible span is a draft with edits")
+    recipe.add_argument("--edit-rate", type=float, default=0.3, help="diffusion: edits per true span token")
+    recipe.add_argument("--certainty", type=float, default=0.2,
+                        help="diffusion: weight of the entropy penalty on masked positions already right")
+    recipe.add_argument("--seq-warmup", type=int, default=0,
+                        help="steps over which rows grow from 128 tokens to --seq (0: none)")
     ap.add_argument("--shape", help="JSON overrides of the model shape, e.g. '{\"num_hidden_layers\": 2}'")
     return ap
+
+
+def native_bf16() -> bool:
+    """Whether bf16 is fast on this CPU (the engine's own measurement, engine.auto_dtype); without
+    native bf16 its matmuls are ~70x slower than float32."""
+    return auto_dtype("cpu") == "bfloat16"
+
+
+def deadline(text: str) -> float:
+    """Seconds since the epoch of `text`: "HH:MM" (UTC, today) or an ISO date-time (UTC unless it says)."""
+    from datetime import datetime, timezone
+    now = datetime.now(timezone.utc)
+    if len(text) <= 5:
+        h, m = map(int, text.split(":"))
+        return now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
+    at = datetime.fromisoformat(text)
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def main(argv=None) -> int:

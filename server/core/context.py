@@ -34,6 +34,7 @@ from functools import cached_property
 from typing import Callable
 
 from . import drafts as draft_index
+from .copying import CopyLookup
 from .document import Document, body, utf8_len
 from .languages import (ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax, children_in_rows,
                         syntax_for)
@@ -74,6 +75,7 @@ class Snapshot:
     anchors: tuple[int, ...] = ()  # rows where statements start (windows are cut there)
     first: int = 0  # document row of lines[0]
     nlines: int = -1  # lines in the document (-1: len(lines), the whole document)
+    lookup: CopyLookup | None = None  # the cache model's lookup over the drafts' indexes (copying.py)
 
     def __post_init__(self) -> None:
         if self.nlines < 0:
@@ -231,12 +233,37 @@ DRAFT_CONTEXT_LINES = 8  # lines above the cursor a draft's match may reach back
 DRAFT_BEFORE_CHARS = 4096
 
 
+@dataclass(frozen=True)
+class Copies:
+    """Where copies for a cursor come from: the text before it and the indexes to search."""
+
+    before: str
+    sources: tuple[draft_index.DraftSource, ...]
+    kind: str | None  # the cursor's syntactic kind (drafts of the same kind rank higher)
+    lines: int  # lines of each continuation
+
+    def drafts(self, limit: int) -> tuple[Draft, ...]:
+        return tuple(Draft(c.text, c.source) for c in draft_index.lookup(self.before, self.sources, lines=self.lines,
+                                                                          kind=self.kind, limit=limit))
+
+    def lookup(self) -> CopyLookup:
+        """The cache model's lookup; one line more than drafts, so that it knows how lines end."""
+        return CopyLookup(self.before, self.sources, self.lines + 1)
+
+
 def find_drafts(doc: Document, index: draft_index.DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
                 others: list[tuple[str, draft_index.DraftIndex]] = (),
                 recent: list[tuple[str, int]] = (), limit: int = 4) -> tuple[Draft, ...]:
     """Drafts for a cursor: continuations of the longest matches of the text before it in this
     document (`index`, kept in step with `doc`), in other open documents ((uri, index) pairs)
     and in recent snippets ((text, first row) pairs), ranked by drafts.lookup."""
+    return copies(doc, index, row, col, mode, max_lines, others, recent).drafts(limit)
+
+
+def copies(doc: Document, index: draft_index.DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
+           others: list[tuple[str, draft_index.DraftIndex]] = (), recent: list[tuple[str, int]] = ()) -> Copies:
+    """The text before a cursor and the indexes to search for code that continues it (see
+    `find_drafts`)."""
     line = doc.lines[row]
     before = [line[max(0, col - DRAFT_BEFORE_CHARS):col]]
     size = len(before[0])
@@ -254,9 +281,7 @@ def find_drafts(doc: Document, index: draft_index.DraftIndex | None, row: int, c
                                                kind_at=None if tree is None else draft_index.tree_kind_at(tree, index)))
     sources += [draft_index.DraftSource(ix, "open", uri) for uri, ix in others]
     sources += [draft_index.recent_source(text, doc.uri, first) for text, first in recent]
-    lines = max_lines if mode is Mode.BLOCK else 1
-    return tuple(Draft(c.text, c.source) for c in draft_index.lookup(before, sources, lines=lines, kind=kind,
-                                                                          limit=limit))
+    return Copies(before, tuple(sources), kind, max_lines if mode is Mode.BLOCK else 1)
 
 
 def text_snapshot(uri: str, text: str, cursor: int, config: ServerConfig, language: str = "",
@@ -271,12 +296,14 @@ def text_snapshot(uri: str, text: str, cursor: int, config: ServerConfig, langua
 
 def own_drafts(snap: Snapshot, doc: Document, config: ServerConfig,
                index: draft_index.DraftIndex | None = None) -> Snapshot:
-    """The snapshot with drafts from its own document only (per the drafts setting)."""
-    if config.drafts == "off":
+    """The snapshot with drafts and the cache model's lookup from its own document only (per
+    the drafts and cache settings)."""
+    if config.drafts == "off" and not config.cache:
         return snap
     index = index or draft_index.DraftIndex(doc.lines)
-    return replace(snap, drafts=find_drafts(doc, index, snap.row, snap.col, snap.mode, config.max_lines,
-                                            limit=config.max_drafts))
+    found = copies(doc, index, snap.row, snap.col, snap.mode, config.max_lines)
+    return replace(snap, drafts=() if config.drafts == "off" else found.drafts(config.max_drafts),
+                   lookup=found.lookup() if config.cache else None)
 
 
 def _fit(pieces, budget: int, count: Callable[[str], int], from_end: bool) -> str:

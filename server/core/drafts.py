@@ -28,6 +28,7 @@ It knows nothing of LSP, models or requests; tree-sitter only through `syntactic
 from __future__ import annotations
 
 import struct
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -116,6 +117,9 @@ class DraftIndex:
         self._limits: dict[str, int] = {}  # bucket length that triggers dropping dead entries
         self._pending: deque[_Line] = deque()  # lines not filed yet, in document order
         self.filed_chars = 0  # characters of lines filed so far (the work done, for callers' budgets)
+        # Held while the index changes and while `lookup` reads it: the cache model reads it on
+        # the engine's thread while the event loop edits it.
+        self.lock = threading.Lock()
         self._file_lines(0, self._lines, "", file_chars)
 
     # -- reading -------------------------------------------------------------------------
@@ -157,6 +161,10 @@ class DraftIndex:
                       file_chars: int | None = None) -> None:
         """Lines start .. start+old_count-1 became `new_lines`; at most `file_chars` characters
         of them are filed now (all when None), the rest wait for `file_pending`."""
+        with self.lock:
+            self._replace_lines(start, old_count, new_lines, file_chars)
+
+    def _replace_lines(self, start: int, old_count: int, new_lines: Sequence[str], file_chars: int | None) -> None:
         lines = self._lines
         if not (0 <= start <= len(lines) and 0 <= old_count <= len(lines) - start):
             raise ValueError(f"lines {start}+{old_count} outside a document of {len(lines)}")
@@ -201,6 +209,10 @@ class DraftIndex:
 
     def file_pending(self, max_chars: int = FILE_SLICE_CHARS) -> bool:
         """File pending lines, about `max_chars` characters of them; True while some remain."""
+        with self.lock:
+            return self._file_pending(max_chars)
+
+    def _file_pending(self, max_chars: int) -> bool:
         pending = self._pending
         while pending and max_chars > 0:
             ln = pending.popleft()
@@ -399,8 +411,9 @@ def recent_source(text: str, uri: str, first_row: int = 0,
 
 def lookup(before: str, sources: Sequence[DraftSource], *, lines: int = 1, limit: int = 4,
            kind: str | None = None, min_chars: int = MIN_CHARS, per_source: int = 8,
-           ignore_indent: bool = True) -> list[DraftCandidate]:
-    """Ranked drafts continuing `before`, the text before the cursor, deduplicated by text.
+           ignore_indent: bool = True, distinct: bool = True) -> list[DraftCandidate]:
+    """Ranked drafts continuing `before`, the text before the cursor, deduplicated by text
+    unless not `distinct` (the cache model counts how many matches agree).
 
     Rank: matched characters (plus SAME_KIND_BONUS when a source's `kind_at` agrees with
     `kind`), then source (buffer, recent, open), then distance to the cursor.
@@ -410,9 +423,11 @@ def lookup(before: str, sources: Sequence[DraftSource], *, lines: int = 1, limit
         exclude = None
         if src.cursor is not None:
             exclude = (src.cursor[0] - src.first_row, src.cursor[1])
-        for m in src.index.find(before, exclude=exclude, limit=per_source, min_chars=min_chars,
-                                ignore_indent=ignore_indent):
-            text = src.index.continuation(m.row, m.col, lines)
+        with src.index.lock:
+            found = [(m, src.index.continuation(m.row, m.col, lines))
+                     for m in src.index.find(before, exclude=exclude, limit=per_source, min_chars=min_chars,
+                                             ignore_indent=ignore_indent)]
+        for m, text in found:
             if not text.strip():
                 continue
             score = float(m.matched)
@@ -426,7 +441,7 @@ def lookup(before: str, sources: Sequence[DraftSource], *, lines: int = 1, limit
     out: list[DraftCandidate] = []
     seen: set[str] = set()
     for _, cand in ranked:
-        if cand.text not in seen:
+        if cand.text not in seen or not distinct:
             seen.add(cand.text)
             out.append(cand)
             if len(out) == limit:

@@ -188,7 +188,8 @@ def fill(engine: Engine, snap: Snapshot, ctx: Context, span: int, drafts: list[s
         sampler = sampler.with_(threshold=snap.config.threshold)
     stream = None if on_preview is None else (lambda d: on_preview(d.text, d.step, d.masked))
     return engine.infill(ctx.prefix, ctx.suffix, ctx.extra, drafts=drafts, sampler=sampler, cancel=flag,
-                         cache_key=snap.uri, on_preview=stream, stop=stop)
+                         cache_key=snap.uri, on_preview=stream, stop=stop,
+                         lookup=snap.lookup if snap.config.cache else None)
 
 
 def _chars_as_tokens(text: str) -> int:

@@ -32,6 +32,7 @@ class ServerConfig:
     comments: bool = False  # complete inside comments too
     drafts: str = "seeded"  # drafts from the code itself: "seeded" (model revises them), "only" (no model), "off"
     max_drafts: int = 4  # draft candidates per request
+    cache: bool = True  # the cache model: tokens copied from matching code mixed into the model's predictions
     extra_context: bool = True  # definitions from other open documents and recent edits, ahead of the prefix
     extra_share: float = 0.25  # of the context budget, at most, for the extra context
     next_edit: bool = True  # compute next-edit suggestions ahead once typing pauses
@@ -74,7 +75,7 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
             raise ValueError("must be a number in -100..100")
         return float(value)
-    if name in ("comments", "extra_context", "stream_previews", "next_edit"):
+    if name in ("comments", "extra_context", "stream_previews", "next_edit", "cache"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
         return value

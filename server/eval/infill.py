@@ -9,7 +9,10 @@ LINE unit, block the BLOCK unit with the sample's header indentation), so every 
 answered or abstained on. `drafts` picks the mode: "seeded" (the server's default: drafts
 seed the model's candidates), "only" (the best draft, no model) or "off" (model alone).
 The result (post-processed text, "" when nothing is shown) is checked for new parse errors
-(syntax.py) and scored (metrics.py). Per kind the report holds:
+(syntax.py) and scored (metrics.py). Every sample is also answered by the plain-copy
+baseline (baseline.py: the longest earlier match in the same document, continued and
+post-processed the same way, no model), scored the same way. Per kind the report holds the
+mode's row:
 
   n                 samples scored
   exact_match, correct_prefix, edit_similarity, syntax_valid   means, in [0, 1]
@@ -17,7 +20,12 @@ The result (post-processed text, "" when nothing is shown) is checked for new pa
   sources           what the shown answers came from: model / buffer (a draft) ... -> count
   p50_ms, p95_ms    percentiles (linear interpolation) of the request's total ms
   encode_ms, generate_ms   medians
-  forwards, tokens_per_forward   means (span tokens / denoising forwards, context excluded)
+  forwards          mean denoising forwards (context encoding excluded)
+  tokens_per_forward   span tokens / denoising forwards over the kind's requests; None
+                    (with a line in `notes`) when they ran no model forward
+  copy              the same fields for the plain-copy baseline
+  vs_copy           exact_match and correct_prefix of the mode over the copy's (None when
+                    the copy scored 0)
 
 Every request starts from a cold context cache (the cache is dropped before each one) and
 one untimed warm-up request runs first, so timings do not depend on sample order.
@@ -38,6 +46,7 @@ from ..core.drafts import DraftIndex
 from ..core.inference import Answer, answer
 from ..core.settings import ServerConfig
 from . import metrics, syntax
+from .baseline import copy_answer, ratio
 from .samples import KINDS, SPAN_BUDGET, Sample, Source, draw
 
 URI = "file:///redraft-eval/sample.py"
@@ -45,6 +54,7 @@ DRAFT_MODES = ("seeded", "only", "off")
 RATES = ("exact_match", "correct_prefix", "edit_similarity", "syntax_valid")
 FIELDS = ("n", *RATES, "abstain_rate", "p50_ms", "p95_ms", "encode_ms", "generate_ms", "forwards",
           "tokens_per_forward")
+VS_COPY = ("exact_match", "correct_prefix")  # the mode's rates reported over the copy baseline's
 MODE_OF_KIND = {"rest_of_line": Mode.LINE, "next_line": Mode.LINE, "block": Mode.BLOCK, "node": Mode.LINE}
 
 
@@ -62,6 +72,7 @@ class Scored:
     stats: Stats | None  # the engine's stats for the request (timing only, for drafts alone)
     abstained: bool = False
     source: str = ""
+    copy: Scored | None = None  # the plain-copy baseline on the same sample
 
 
 def snapshot(source: Source, sample: Sample, config: ServerConfig):
@@ -104,6 +115,24 @@ def score(source: Source, sample: Sample, raw: str, stats=None, errors_before: i
         stats=stats, abstained=abstained, source=source_name)
 
 
+def copy_sample(source: Source, sample: Sample, config: ServerConfig) -> Answer:
+    """The plain-copy baseline's answer (baseline.py) at the same cursor, same unit."""
+    snap, _ = snapshot(source, sample, config)
+    return copy_answer(snap, source.text[:sample.start])
+
+
+def score_sample(engine, source: Source, sample: Sample, config: ServerConfig,
+                 errors_before: int | None = None) -> Scored:
+    """The mode's answer scored, with the copy baseline's scored beside it."""
+    def scored(a: Answer) -> Scored:
+        text = "" if a.edit is None else a.edit.text
+        return score(source, sample, text, a.stats, errors_before, a.edit is None,
+                     a.source if a.edit is not None else "")
+    out = scored(answer_sample(engine, source, sample, config))
+    out.copy = scored(copy_sample(source, sample, config))
+    return out
+
+
 def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, config: ServerConfig,
         on_outcome: Callable[[Scored], None] | None = None) -> dict[str, list[Scored]]:
     """Draw `limit` samples per kind, complete and score each; outcomes per kind."""
@@ -119,10 +148,7 @@ def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, 
             src = sources[sample.file]
             if sample.file not in errors:
                 errors[sample.file] = syntax.count_errors(src.text)
-            a = answer_sample(engine, src, sample, config)
-            text = "" if a.edit is None else a.edit.text
-            o = score(src, sample, text, a.stats, errors[sample.file], a.edit is None,
-                      a.source if a.edit is not None else "")
+            o = score_sample(engine, src, sample, config, errors[sample.file])
             out[kind].append(o)
             if on_outcome is not None:
                 on_outcome(o)
@@ -135,6 +161,7 @@ def summarize(outcomes: list[Scored]) -> dict:
     if n == 0:
         return {"n": 0, **{k: None for k in FIELDS[1:]}, "sources": {}}
     total = [o.stats.total_ms for o in outcomes]
+    forwards = sum(o.stats.forwards for o in outcomes)
     return {
         "n": n,
         **{k: round(float(np.mean([float(getattr(o, k)) for o in outcomes])), 4) for k in RATES},
@@ -145,30 +172,53 @@ def summarize(outcomes: list[Scored]) -> dict:
         "encode_ms": round(float(np.median([o.stats.encode_ms for o in outcomes])), 3),
         "generate_ms": round(float(np.median([o.stats.generate_ms for o in outcomes])), 3),
         "forwards": round(float(np.mean([o.stats.forwards for o in outcomes])), 3),
-        "tokens_per_forward": round(float(np.mean([o.stats.tokens_per_forward for o in outcomes])), 3),
+        # a ratio of sums: requests without a forward (drafts alone) weigh nothing, not 0
+        "tokens_per_forward": round(sum(o.stats.span_tokens for o in outcomes) / forwards, 3) if forwards else None,
     }
 
 
 def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, list[Scored]],
            drafts: str = "seeded") -> dict:
-    return {"model": model, "files": len(sources), "seed": seed, "drafts": drafts,
-            "kinds": {kind: summarize(outs) for kind, outs in outcomes.items()}}
+    """Per kind the mode's row with the copy baseline's row and the ratios beside it."""
+    kinds = {}
+    for kind, outs in outcomes.items():
+        row = summarize(outs)
+        copy = summarize([o.copy for o in outs if o.copy is not None])
+        kinds[kind] = {**row, "copy": copy, "vs_copy": {k: ratio(row[k], copy[k]) for k in VS_COPY}}
+    idle = [kind for kind, s in kinds.items() if s["n"] and s["tokens_per_forward"] is None]
+    notes = [f"no model forwards in {', '.join(idle)}: tokens_per_forward is None"] if idle else []
+    return {"model": model, "files": len(sources), "seed": seed, "drafts": drafts, "kinds": kinds, "notes": notes}
+
+
+def _cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if key == "n":
+        return str(value)
+    if key in RATES or key == "abstain_rate":
+        return f"{value:.3f}"
+    return f"{value:.2f}" if key == "tokens_per_forward" else f"{value:.1f}"
 
 
 def format_table(rep: dict) -> str:
-    """The report as a readable table, one row per kind."""
-    head = ("kind", "n", "exact", "prefix", "edit_sim", "syntax", "abstain", "p50_ms", "p95_ms", "enc_ms", "gen_ms",
-            "fwd", "tok/fwd")
-    keys = FIELDS
+    """The report as a readable table: per kind the mode's row, then the copy baseline's; the
+    mode's row ends with its exact match and correct prefix over the copy's."""
+    head = ("kind", "answers", "n", "exact", "prefix", "edit_sim", "syntax", "abstain", "p50_ms", "p95_ms", "enc_ms",
+            "gen_ms", "fwd", "tok/fwd", "exact/copy", "prefix/copy")
+    mode = rep.get("drafts", "-")
     rows = [head]
     for kind, s in rep["kinds"].items():
-        rows.append((kind, *("-" if s[k] is None else
-                             f"{s[k]:.3f}" if k in RATES or k == "abstain_rate" else
-                             str(s[k]) if k == "n" else f"{s[k]:.1f}" for k in keys)))
+        vs = s.get("vs_copy", {})
+        ratios = ("-" if vs.get(k) is None else f"{vs[k]:.2f}x" for k in VS_COPY)
+        rows.append((kind, mode, *(_cell(k, s[k]) for k in FIELDS), *ratios))
+        if "copy" in s:
+            rows.append((kind, "copy", *(_cell(k, s["copy"][k]) for k in FIELDS), "", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = [f"model {rep['model']}, {rep['files']} files, seed {rep['seed']}, drafts {rep.get('drafts', '-')}"]
+    lines = [f"model {rep['model']}, {rep['files']} files, seed {rep['seed']}, drafts {mode}"]
     for r in rows:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    lines += [f"note: {n}" for n in rep.get("notes", [])]
+    lines.append("copy: the longest earlier match in the same file, continued and post-processed; no model")
     return "\n".join(lines)
 
 

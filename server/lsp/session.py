@@ -32,7 +32,7 @@ from functools import partial
 
 from ..core import drafts as draft_index
 from ..core import extra, nextedit, settings
-from ..core.context import Draft, Mode, Snapshot, find_drafts, take_snapshot
+from ..core.context import Copies, Mode, Snapshot, copies, take_snapshot
 from ..core.document import Change, Document, body, utf16_len
 from ..core.history import EditHistory
 from ..core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Inference, can_judge_edits, judge_edits
@@ -287,20 +287,20 @@ class Session:
             others = [o.doc for u, o in self.docs.items() if u != snap.uri]
             budget = int(cfg.context_tokens * cfg.extra_share * 3)  # chars; build() checks tokens
             more = extra.build(st.doc, others, st.history.recent(), snap.row, snap.col, budget, self.definitions)
-        found: tuple[Draft, ...] = ()
-        if cfg.drafts != "off":
-            found = self._drafts(st, snap)
-        return replace(snap, extra=more, drafts=found)
+        if cfg.drafts == "off" and not cfg.cache:
+            return replace(snap, extra=more)
+        found = self._copies(st, snap)
+        return replace(snap, extra=more, drafts=() if cfg.drafts == "off" else found.drafts(cfg.max_drafts),
+                       lookup=found.lookup() if cfg.cache else None)
 
-    def _drafts(self, st: DocState, snap: Snapshot) -> tuple[Draft, ...]:
+    def _copies(self, st: DocState, snap: Snapshot) -> Copies:
         others = [(uri, o.index) for uri, o in self.docs.items() if uri != snap.uri and o.index is not None]
         recent = []  # text the user took out (its head, when that was a lot: each is indexed per request)
         for ev in st.history.recent()[-RECENT_REMOVED:]:
             text = _head(ev.removed, RECENT_MAX_CHARS)
             if len(text.strip()) >= draft_index.MIN_CHARS:
                 recent.append((text, ev.first_line))
-        return find_drafts(st.doc, st.index, snap.row, snap.col, snap.mode, self.config.max_lines, others, recent,
-                           self.config.max_drafts)
+        return copies(st.doc, st.index, snap.row, snap.col, snap.mode, self.config.max_lines, others, recent)
 
     def _streamer(self, snap: Snapshot):
         publish, uri, version = self.publish, snap.uri, snap.version

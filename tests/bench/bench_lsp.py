@@ -40,17 +40,23 @@ def proc_stats(pid: int) -> tuple[float, float]:
     return cpu, peak / 1024
 
 
-async def timed_request(client, uri: str, line: int, character: int) -> tuple[float, str]:
-    """(ms, "item" | "empty" | "cancelled") of one inline completion request."""
+async def timed_items(client, uri: str, line: int, character: int) -> tuple[float, str, list]:
+    """(ms, "item" | "empty" | "cancelled", items) of one inline completion request."""
     t = time.perf_counter()
     try:
         items = await client.text_document_inline_completion_async(T.InlineCompletionParams(
             text_document=T.TextDocumentIdentifier(uri=uri), position=T.Position(line=line, character=character),
             context=T.InlineCompletionContext(trigger_kind=T.InlineCompletionTriggerKind.Automatic)))
         got = items.items if isinstance(items, T.InlineCompletionList) else (items or [])
-        return (time.perf_counter() - t) * 1000, "item" if got else "empty"
+        return (time.perf_counter() - t) * 1000, "item" if got else "empty", list(got)
     except Exception:  # cancelled by the server or by the client
-        return (time.perf_counter() - t) * 1000, "cancelled"
+        return (time.perf_counter() - t) * 1000, "cancelled", []
+
+
+async def timed_request(client, uri: str, line: int, character: int) -> tuple[float, str]:
+    """(ms, "item" | "empty" | "cancelled") of one inline completion request."""
+    ms, outcome, _ = await timed_items(client, uri, line, character)
+    return ms, outcome
 
 
 async def replay(args) -> dict:

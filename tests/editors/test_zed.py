@@ -19,7 +19,7 @@ SETTINGS = Path(__file__).resolve().parents[2] / "editors" / "zed" / "settings"
 # Zed writes the qwen template when told `prompt_format: "qwen"`, and stops on these.
 STOPS = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|file_sep|>"]
 BEFORE = "def scale(values, factor):\n    out = [v * factor for v in values]\n    return out\n\n\n" \
-         "def shift(values, offset):\n    out = [v + off"
+         "def shift(values, offset):\n    out = [v + offset for v in val"  # the line above says how it goes on
 AFTER = "\n    return out\n"
 
 
@@ -83,5 +83,5 @@ def test_zeds_open_ai_compatible_provider_request(server):
     assert r.status_code == 200
     (choice,) = r.json()["choices"]
     # "off" completes to the parameter named above it (a draft from the same prompt)
-    assert choice["text"].startswith("set") and "\n" not in choice["text"]
+    assert choice["text"].startswith("ues") and "\n" not in choice["text"]
     assert choice["finish_reason"] in ("stop", "length")

@@ -244,8 +244,8 @@ def test_eval_infill_json(tmp_path_factory, folder, family):
     assert rep["files"] == 2 and rep["seed"] == 1 and rep["model"] == family
     assert list(rep["kinds"]) == list(samples.KINDS)
     for kind, s in rep["kinds"].items():
-        assert set(s) == set(FIELDS) | {"sources"}, kind
-        assert s["n"] == 3, kind
+        assert set(s) == set(FIELDS) | {"sources", "copy", "vs_copy"}, kind
+        assert s["n"] == s["copy"]["n"] == 3, kind
         for rate in RATES:
             assert 0.0 <= s[rate] <= 1.0, (kind, rate)
         assert s["p95_ms"] >= s["p50_ms"] > 0 and s["forwards"] >= 1 and s["tokens_per_forward"] > 0

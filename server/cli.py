@@ -110,9 +110,9 @@ def _eval_parser(sub) -> None:
 
 
 def _cache_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache", choices=["on", "off"], default="on",
+    p.add_argument("--cache", choices=["on", "off"], default="off",
                    help="the cache model: tokens copied from matching code in the file mixed into the model's "
-                        "predictions (default on)")
+                        "predictions (default off, as in the server)")
 
 
 def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str) -> None:

@@ -130,3 +130,30 @@ def test_lookups_on_another_thread_see_whole_edits(tok):
     t.join()
     assert not errors
     assert seen and seen <= {"first, second)", "third, fourth)"}
+
+
+DOC = ("def area(width, height):\n    return width * height\n\n\n"
+       "def volume(width, height, depth):\n    return width * height * depth\n\n\n"
+       "def weight(width, height, depth):\n    return width * ")
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_the_cache_setting_reaches_the_engine(cache):
+    """The server's pipeline hands the engine a lookup over the document's index only when the
+    `cache` setting is on; the engine's stats count the lookups it made."""
+    from redraft.server.core.context import own_drafts, text_snapshot
+    from redraft.server.core.inference import answer
+    from redraft.server.core.settings import ServerConfig, parse
+
+    config, problems = parse({"cache": cache, "drafts": "off"})
+    assert problems == [] and config.cache is cache
+    snap, doc = text_snapshot("file:///w.py", DOC, len(DOC), config, "python")
+    snap = own_drafts(snap, doc, config)
+    assert (snap.lookup is not None) is cache
+    engine = Engine.load()
+    got = answer(engine, snap, sampler=engine.sampler.with_(min_score=float("-inf")))
+    assert got.stats is not None
+    assert (got.stats.cache_queries > 0) is cache
+    if cache:  # the copy is long and agreed on: it is what the model writes
+        assert got.edit is not None and got.edit.text.startswith("height * depth")
+    assert parse({"cache": "yes"})[1]  # not a boolean: one problem, the default kept

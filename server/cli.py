@@ -221,11 +221,14 @@ def _serve_http(args, config, host: str) -> int:
             error = loading.result()  # a model that cannot load ends the command before it serves
             if error:
                 raise UserError(error)
+            print(f"redraft: {inference.engine.name} answering at {_address(sock)} (Ctrl-C stops)",
+                  file=sys.stderr, flush=True)
             server.run(sockets=[sock])
             return 0
         from .lsp.server import build_server
         http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="redraft-http", daemon=True)
         http.start()
+        print(f"redraft: HTTP API at {_address(sock)}, LSP on stdio", file=sys.stderr, flush=True)
         try:
             build_server(config, inference=inference).start_io()  # returns when the client exits
         finally:
@@ -235,6 +238,11 @@ def _serve_http(args, config, host: str) -> int:
     finally:
         sock.close()
         inference.shutdown()
+
+
+def _address(sock) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def _complete(args) -> int:
@@ -276,7 +284,19 @@ def _complete(args) -> int:
         print(json.dumps(data, ensure_ascii=False))
     else:
         sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n"))
+    if answer.edit is None:  # the empty line is the answer; stderr says why there was nothing
+        print(f"redraft: nothing to suggest here: {_why_nothing(snap, answer)}", file=sys.stderr)
     return 0
+
+
+def _why_nothing(snap, answer) -> str:
+    if snap.mode.value == "none":
+        return f"the server does not complete at this position ({snap.reason})"
+    if answer.abstained:
+        return "the model found no candidate likely enough to show"
+    if answer.ran_model:
+        return "what the model wrote was dropped (it repeats the text after the cursor, or adds a parse error)"
+    return "no draft (no earlier match of the text before the cursor) and no model"
 
 
 def _eval_infill(args) -> int:

@@ -38,7 +38,9 @@ class ServerConfig:
     extra_context: bool = True  # definitions from other open documents and recent edits, ahead of the prefix
     extra_share: float = 0.25  # of the context budget, at most, for the extra context
     next_edit: bool = True  # compute next-edit suggestions ahead once typing pauses
-    edit_margin: float = -1.0  # a proposed edit is dropped when the model prefers the text as it is by more
+    # A proposed edit is kept when its mean log-prob per token is at least the text's as it is plus
+    # this: -1.0 keeps edits up to 1 nat per token less likely than the text; higher is stricter.
+    edit_margin: float = -1.0
     stream_previews: bool = False  # send `redraft/preview` notifications while a completion denoises
 
     def enabled(self, language: str) -> bool:

@@ -492,6 +492,7 @@ def listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(addr)
+        sock.listen(128)  # connections queue from now on, even before the server accepts them
     except OSError:
         sock.close()
         raise

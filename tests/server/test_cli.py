@@ -85,3 +85,19 @@ def test_complete_answers_nothing_where_the_server_would_not(model, tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["mode"] == "none" and data["reason"] == "mid-identifier" and data["text"] == ""
+
+
+def test_complete_says_on_stderr_why_it_answered_nothing(model, tmp_path):
+    f = tmp_path / "mid.py"
+    f.write_text("total = compute_value(1)\n", encoding="utf-8")
+    out = redraft("complete", f"{f}:1:12", "--model", str(model))  # inside `compute_value`
+    assert out.returncode == 0 and out.stdout == "\n"
+    assert "nothing to suggest here" in out.stderr and "mid-identifier" in out.stderr
+
+
+def test_complete_says_nothing_on_stderr_when_it_answers(tmp_path):
+    f = tmp_path / "store.py"
+    f.write_text("import logging\n\nlog = logging.getLogger(__name__)\n\n\nclass Store:\n    def __init__(self):\n"
+                 "        self.log = logging.", encoding="utf-8")
+    out = redraft("complete", f"{f}:8:28", "--drafts", "only")
+    assert out.returncode == 0 and out.stdout == "getLogger(__name__)\n" and "nothing" not in out.stderr

@@ -58,3 +58,18 @@ def test_serve_over_tcp_answers_initialize(tiny_model):
 def test_serve_rejects_a_bad_port():
     out = subprocess.run([*SERVE, "--tcp", "70000"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--tcp" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_serve_http_says_where_it_listens(tiny_model):
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*SERVE, "--http", str(port), "--model", str(tiny_model)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()  # the first thing it says, once the model is loaded
+        assert f"answering at http://127.0.0.1:{port}" in line, line
+        with socket.create_connection(("127.0.0.1", port), timeout=30):
+            pass  # and it does listen there
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -90,3 +90,26 @@ def test_braces_language_rename():
     before, doc = edited(js, 0, "value", "v", language="javascript")
     props = nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)
     assert [p.proposed for p in props] == ["  const out = v * factor;", "  return out + v;"]
+
+
+def test_edit_margin_keeps_an_edit_scoring_at_least_the_text_plus_the_margin():
+    """`editMargin`'s meaning, as the README and settings state it: an edit is kept when its
+    mean log-prob is >= the text's as it is + the margin; raising the margin is stricter."""
+    from pathlib import Path
+
+    from redraft.engine import Engine
+    from redraft.server.core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, _window, judge_edits
+    from redraft.server.core.settings import ServerConfig
+
+    engine = Engine.load()
+    lines = ("def total(prices):\n", "    return sum(prices)\n", "\n", "print(total([1, 2]))\n")
+    p = nextedit.LineEdit(3, 6, 11, "totals", lines[3].rstrip("\n"), "print(totals([1, 2]))")
+    prefix = _window("".join(lines[:3]), EDIT_PREFIX_CHARS, from_end=True)
+    suffix = _window("".join(lines[4:]), EDIT_SUFFIX_CHARS, from_end=False)
+    as_is, edited = engine.score(prefix, "\n" + suffix, [p.original, p.proposed])
+    gap = edited - as_is
+    assert judge_edits(engine, lines, [p], [], gap - 0.01) == [p]
+    assert judge_edits(engine, lines, [p], [], gap + 0.01) == []
+    default = ServerConfig().edit_margin
+    readme = Path(__file__).resolve().parents[3].joinpath("README.md").read_text(encoding="utf-8")
+    assert default == -1.0 and "`editMargin` (default −1.0" in readme.replace("\n", " ")

@@ -106,13 +106,19 @@ async def replay(args) -> dict:
         pending.append(asyncio.ensure_future(ask(False, row, col)))
         await asyncio.sleep(args.interval_ms / 1000)
     await asyncio.gather(*pending)
-    cpu1, peak = proc_stats(pid)
+    cpu1, peak, stats = await finish(client, pid)
+    return {"results": results, "cpu_s": cpu1 - cpu0, "peak_mib": peak, "server_stats": stats,
+            "keystrokes": len(typed)}
+
+
+async def finish(client, pid: int):
+    """(CPU seconds, peak MiB, redraft/stats) of the server, then shut it down."""
+    cpu, peak = proc_stats(pid)
     stats = await client.protocol.send_request_async("redraft/stats", None)
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
-    return {"results": results, "cpu_s": cpu1 - cpu0, "peak_mib": peak, "server_stats": stats,
-            "keystrokes": len(typed)}
+    return cpu, peak, stats
 
 
 def summarize(out: dict) -> None:

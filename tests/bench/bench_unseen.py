@@ -40,7 +40,7 @@ from pathlib import Path
 from lsprotocol import types as T
 from pygls.lsp.client import LanguageClient
 
-from bench_lsp import CAPS, proc_stats, timed_items  # this folder is on sys.path when run as a script
+from bench_lsp import CAPS, finish, proc_stats, timed_items  # this folder is on sys.path when run as a script
 from redraft.server.core.settings import parse
 from redraft.server.eval import metrics
 from redraft.server.eval.baseline import copy_answer, ratio
@@ -158,11 +158,7 @@ async def bench(args, options: dict, sources: list[Source], samples: list[Sample
         src = sources[sample.file]
         uri = f"file:///bench/unseen/{i:04d}/{src.path}"
         cases.append(await run_case(client, uri, src, sample))
-    cpu1, peak = proc_stats(pid)
-    stats = await client.protocol.send_request_async("redraft/stats", None)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    cpu1, peak, stats = await finish(client, pid)
     return {"cases": cases, "cpu_s": cpu1 - cpu0, "peak_mib": peak, "messages": messages,
             "stderr": stderr, "type_through": stats.type_through, "abstained": stats.abstained,
             "sources": dict(stats.sources._asdict()) if stats.sources is not None else {}}

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import httpx
+
 SERVE = [sys.executable, "-m", "redraft.server.cli", "serve"]
 
 
@@ -68,8 +70,8 @@ def test_serve_http_says_where_it_listens(tiny_model):
     try:
         line = proc.stderr.readline()  # the first thing it says, once the model is loaded
         assert f"answering at http://127.0.0.1:{port}" in line, line
-        with socket.create_connection(("127.0.0.1", port), timeout=30):
-            pass  # and it does listen there
+        tags = httpx.get(f"http://127.0.0.1:{port}/api/tags", timeout=30).json()["models"]
+        assert tags[0]["name"] == "redraft"  # and it answers there at once
     finally:
         proc.kill()
         proc.wait(timeout=30)

@@ -143,7 +143,7 @@ def test_the_cache_setting_reaches_the_engine(cache):
     `cache` setting is on; the engine's stats count the lookups it made."""
     from redraft.server.core.context import own_drafts, text_snapshot
     from redraft.server.core.inference import answer
-    from redraft.server.core.settings import ServerConfig, parse
+    from redraft.server.core.settings import parse
 
     config, problems = parse({"cache": cache, "drafts": "off"})
     assert problems == [] and config.cache is cache

@@ -10,23 +10,41 @@ It owns its prompt format (`prompt`: special tokens, segment order, how edit his
 definitions from other files are rendered), for serving and training alike. It takes strings
 or token ids and span lengths; it knows nothing of LSP, URIs, lines and columns, or
 tree-sitter.
+
+Names are imported from their modules on first use (PEP 562): importing torch takes a second
+or more, and a caller that needs only the torch-free ones (errors, configs, results, the
+prompt format, the cache model's lookup types) should not wait for it, such as a server that
+answers from drafts while its model loads.
 """
 
-from . import prompt
-from .checkpoint import DEFAULT_MODEL, SHIPPED, pull, resolve
-from .cachemodel import CacheModel, Continuation, Lookup
-from .config import CacheConfig, EngineConfig, ModelConfig, SamplerConfig
-from .engine import Engine, EngineInfo, InfillRequest
-from .errors import (Cancelled, CheckpointError, CorruptFileError, EngineError, InsufficientMemoryError,
-                     InvalidConfigError, MissingFileError, ModelNotFoundError, NoMaskTokenError,
-                     NonFiniteWeightError, ShapeMismatchError, UnknownModelTypeError)
-from .result import CancelFlag, Completion, Preview, Stats
+from importlib import import_module
 
-__all__ = [
-    "DEFAULT_MODEL", "SHIPPED", "pull", "resolve", "CacheConfig", "CacheModel", "Continuation", "Lookup", "EngineConfig", "ModelConfig", "SamplerConfig", "Engine",
-    "EngineInfo", "InfillRequest", "Cancelled", "CheckpointError", "CorruptFileError", "EngineError",
-    "InsufficientMemoryError", "InvalidConfigError", "MissingFileError", "ModelNotFoundError", "NoMaskTokenError",
-    "NonFiniteWeightError", "ShapeMismatchError",
-    "UnknownModelTypeError", "CancelFlag", "Completion", "Preview", "Stats",
-    "prompt",
-]
+from . import prompt
+
+_HOMES = {
+    "checkpoint": ("DEFAULT_MODEL", "SHIPPED", "pull", "resolve"),
+    "cachemodel": ("CacheModel",),
+    "lookup": ("Continuation", "Lookup"),
+    "config": ("CacheConfig", "EngineConfig", "ModelConfig", "SamplerConfig"),
+    "engine": ("Engine", "EngineInfo", "InfillRequest"),
+    "errors": ("Cancelled", "CheckpointError", "CorruptFileError", "EngineError", "InsufficientMemoryError",
+               "InvalidConfigError", "MissingFileError", "ModelNotFoundError", "NoMaskTokenError",
+               "NonFiniteWeightError", "ShapeMismatchError", "UnknownModelTypeError"),
+    "result": ("CancelFlag", "Completion", "Preview", "Stats"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = [*_HOME, "prompt"]
+
+
+def __getattr__(name: str):
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -28,25 +28,13 @@ exactly as it is. It knows nothing of documents or LSP: the lookup is the caller
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from .config import CacheConfig
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """What follows one match of the text before a position."""
-
-    text: str
-    matched: int  # characters of the text before the position the match covers
-    weight: float = 1.0  # locality: the cursor's own document counts most
-
-
-# lookup(typed) -> continuations after the cursor's text plus `typed` (the span's text so far)
-Lookup = Callable[[str], Sequence[Continuation]]
+from .lookup import Lookup
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
+from torch.overrides import TorchFunctionMode
 
 from .config import NATURAL_LAYOUT, ModelConfig, SamplerConfig
 from .errors import (CheckpointError, CorruptFileError, InsufficientMemoryError, InvalidConfigError,
@@ -376,7 +377,7 @@ def load_model(folder: Path, cfg: ModelConfig, device: torch.device, dtype: torc
         raise InsufficientMemoryError(
             f"{folder.name}: weights need {need / 2**30:.1f} GiB in {str(dtype).split('.')[-1]} "
             f"but {device} has {have / 2**30:.1f} GiB free; choose a smaller dtype or another device")
-    with torch.device("meta"):
+    with torch.device("meta"), _Skeleton():
         model = DiffusionLM(cfg)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     state: dict[str, torch.Tensor] = {}
@@ -412,6 +413,24 @@ def load_model(folder: Path, cfg: ModelConfig, device: torch.device, dtype: torc
         model.lm_head.weight = model.model.embed_tokens.weight
     model.model.rotary_emb = Rotary(cfg).to(device)  # buffers were on the meta device
     return model.eval()
+
+
+class _Skeleton(TorchFunctionMode):
+    """Modules built without initial values, for weights that are read next. On the meta
+    device nn.Embedding's normal_ runs through torch._refs, whose first call imports
+    torch._dynamo: 3-7 s on the 2-core development machine (load_model of the shipped model
+    takes ~0.2 s without it), for values nobody reads. A mode is per thread: modules built
+    elsewhere meanwhile are initialised as usual."""
+
+    INITS = frozenset({torch.nn.init.normal_, torch.nn.init.uniform_, torch.nn.init.kaiming_uniform_,
+                       torch.nn.init.trunc_normal_, torch.nn.init.xavier_uniform_, torch.nn.init.xavier_normal_,
+                       torch.Tensor.normal_, torch.Tensor.uniform_})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.INITS:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
 
 
 def _finite(t: torch.Tensor, original: torch.Tensor, f: Path, name: str) -> torch.Tensor:

@@ -44,7 +44,9 @@ class Rotary(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.register_buffer("inv_freq", _inv_freq(cfg), persistent=False)
+        # Computed on the CPU and moved: on the meta device (a checkpoint's skeleton) this
+        # arithmetic would run through torch._refs, whose first call imports torch._dynamo.
+        self.register_buffer("inv_freq", _inv_freq(cfg).to(torch.get_default_device()), persistent=False)
         self.attention_scaling = float(cfg.rope.get("attention_factor", 1.0))
         self._cos = self._sin = None
 
@@ -68,7 +70,7 @@ class Rotary(nn.Module):
 
 def _inv_freq(cfg: ModelConfig) -> torch.Tensor:
     d = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device="cpu") / d))
     rope = cfg.rope
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind == "default":

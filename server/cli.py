@@ -1,15 +1,24 @@
-"""The `redraft` command: serve LSP, complete at a file position, evaluate infill, train, download a checkpoint.
+"""The `redraft` command: serve LSP, complete at a file position, evaluate infill, train,
+download a checkpoint, check the installation (doctor).
 
 Positions are FILE:LINE:COL as compilers print them: 1-based line, 1-based character column,
 the cursor just before character COL (COL = length + 1 is the end of the line).
+
+Commands import what they use when they run: importing torch is most of a `complete`, and
+`--help` or a bad argument should not wait for it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
+
+from . import doctor
+from .http import DEFAULT_PORT
 
 EXIT_USAGE = 2
 
@@ -21,12 +30,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return args.run(args)
+        code = args.run(args)
     except UserError as e:
         print(f"redraft: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        code = EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    if argv is None and getattr(args, "quick_exit", False):
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """End a finished command without the interpreter's teardown, which with torch loaded
+    takes longer than a whole `complete` answer (1.3-1.7 s measured on the 2-core machine,
+    after every exit handler had run). Only for commands whose output is all written."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe (`| head`): nothing more to say
+        pass
+    os._exit(code)
 
 
 class UserError(Exception):
@@ -38,10 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(metavar="COMMAND")
 
     sv = sub.add_parser("serve", help="run the language server (stdio, or --tcp PORT on 127.0.0.1), "
-                                      "or the HTTP API (--http PORT)")
+                                      "or the HTTP API (--http [PORT])")
     sv.add_argument("--tcp", type=int, default=None, metavar="PORT", help="listen on 127.0.0.1:PORT instead of stdio")
-    sv.add_argument("--http", type=int, default=None, metavar="PORT",
-                    help="serve the HTTP API (Ollama, OpenAI and Inception routes) on PORT instead of LSP")
+    sv.add_argument("--http", type=int, nargs="?", const=DEFAULT_PORT, default=None, metavar="PORT",
+                    help=f"serve the HTTP API (Ollama, OpenAI and Inception routes) on PORT (default "
+                         f"{DEFAULT_PORT}) instead of LSP")
     sv.add_argument("--stdio", action="store_true",
                     help="with --http: serve LSP on stdin/stdout too, in the same process (one model in memory)")
     sv.add_argument("--host", default=None, help="address the HTTP API binds (default 127.0.0.1; another one "
@@ -64,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("pull", help="download a checkpoint from the Hugging Face Hub (safetensors only)")
     pl.add_argument("repo_id", metavar="HF_ID")
     pl.set_defaults(run=_pull)
+
+    dr = sub.add_parser("doctor", help="check the installation: Python, torch, device and dtype, the model, "
+                                       "the tree-sitter grammars")
+    _model_args(dr)
+    dr.set_defaults(run=lambda args: doctor.run(args), quick_exit=True)
     return p
 
 
@@ -81,12 +111,14 @@ def _complete_parser(sub) -> None:
     _cache_arg(c)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
-    c.set_defaults(run=_complete)
+    c.add_argument("--timings", action="store_true",
+                   help="say on stderr where the time went (start-up, snapshot, drafts, import, load, engine)")
+    c.set_defaults(run=_complete, quick_exit=True)
 
 
 def _eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="offline evaluations of a model")
-    ev.set_defaults(run=lambda _: (ev.print_help(), EXIT_USAGE)[1])
+    ev.set_defaults(run=lambda _: (ev.print_help(), EXIT_USAGE)[1], quick_exit=True)
     tasks = ev.add_subparsers(metavar="TASK")
     ei = tasks.add_parser("infill", help="infill at sampled cursor positions of the Python files under DIR")
     _eval_args(ei, "cursor samples", "rest_of_line,next_line,block,node")
@@ -98,9 +130,13 @@ def _eval_parser(sub) -> None:
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
     ei.set_defaults(run=_eval_infill)
 
-    ne = tasks.add_parser("next-edit", help="next-edit scenarios (renames, added parameters, repeated literals) "
-                                            "made from the Python files under DIR")
-    _eval_args(ne, "scenarios", "rename_param,rename_local,add_param,literal")
+    ne = tasks.add_parser("next-edit", help="next-edit scenarios made from the Python files under DIR (renames, "
+                                            "added parameters, repeated literals), or real edits (--releases)")
+    _eval_args(ne, "scenarios", "rename_param,rename_local,add_param,literal", files_required=False)
+    ne.add_argument("--releases", nargs="+", type=Path, metavar="DIR",
+                    help="real edits instead: OLD_DIR NEW_DIR (two releases of one package), or a ROOT of "
+                         "NAME/VERSION folders (python -m redraft.server.eval.releases fetch ROOT); --limit is "
+                         "then scenarios per package")
     ne.add_argument("--margin", type=float, default=None,
                     help="drop a proposal the model likes less than the text as it is by more than this "
                          "(mean log-prob; default: the server's)")
@@ -115,8 +151,8 @@ def _cache_arg(p: argparse.ArgumentParser) -> None:
                         "predictions (default off, as in the server)")
 
 
-def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str) -> None:
-    p.add_argument("--files", required=True, type=Path, metavar="DIR", help="folder searched for *.py files")
+def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str, files_required: bool = True) -> None:
+    p.add_argument("--files", required=files_required, type=Path, metavar="DIR", help="folder searched for *.py files")
     _model_args(p)
     p.add_argument("--limit", type=int, default=100, help=f"{what} per kind (default 100)")
     p.add_argument("--seed", type=int, default=0)
@@ -167,7 +203,7 @@ def _serve(args) -> int:
     if args.tcp is not None and not 0 < args.tcp < 65536:
         raise UserError(f"--tcp needs a port in 1..65535, got {args.tcp}")
     if args.http is None and (args.host is not None or args.token is not None):
-        raise UserError("--host and --token apply to the HTTP API: add --http PORT")
+        raise UserError("--host and --token apply to the HTTP API: add --http [PORT]")
     host = _http_host(args) if args.http is not None else None
     config, problems = parse({"model": args.model, "device": args.device, "dtype": args.dtype}, ServerConfig())
     if problems:
@@ -247,11 +283,8 @@ def _address(sock) -> str:
 
 def _complete(args) -> int:
     """What the server would show at FILE:LINE:COL: its snapshot, drafts, engine call and
-    post-processing, on the file as it is on disk."""
-    from .core.context import own_drafts, text_snapshot
-    from .core.inference import answer as answer_snapshot
-    from .core.settings import ServerConfig, parse
-
+    post-processing, on the file as it is on disk. The model loads on a thread meanwhile."""
+    clock = _Clock()
     path, line, col = parse_position(args.position)
     try:
         text = path.read_text(encoding="utf-8")
@@ -260,6 +293,10 @@ def _complete(args) -> int:
     except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
         raise UserError(f"{path}: cannot read as UTF-8 text ({e.__class__.__name__})") from None
     prefix, _ = split_at(text, line, col)
+    engine = None if args.drafts == "only" else _Loading(args, clock)
+    from .core.context import own_drafts, text_snapshot
+    from .core.settings import ServerConfig, parse
+
     options = {"drafts": args.drafts, "threshold": args.threshold, "cache": args.cache == "on"}
     if args.span is not None:
         options.update(lineTokens=args.span, blockTokens=args.span)
@@ -267,12 +304,20 @@ def _complete(args) -> int:
     if problems:
         raise UserError("; ".join(problems))
     snap, doc = text_snapshot(path.resolve().as_uri(), text, len(prefix), config, path=str(path))
+    clock.lap("snapshot")
     snap = own_drafts(snap, doc, config)
-    engine = None if config.drafts == "only" else _load_engine(args)
+    clock.lap("drafts")
     if engine is not None:
+        engine = engine.result()
         engine.with_sampler(seed=args.seed)
+        clock.lap("waiting for the model")
+    from .core.inference import answer as answer_snapshot
+    clock.lap("import (pipeline)")
     answer = answer_snapshot(engine, snap)  # nothing where the server answers nothing (a string...)
     shown = "" if answer.edit is None else answer.edit.text
+    engine_ms = answer.stats.total_ms if answer.stats is not None else 0.0
+    clock.lap("answer", engine_ms)
+    clock.laps["engine"] = engine_ms
     if args.json:
         s = answer.stats
         data = {"text": shown, "replace": 0 if answer.edit is None else answer.edit.replace,
@@ -281,12 +326,85 @@ def _complete(args) -> int:
         if s is not None:
             data.update(ms=round(s.total_ms, 3), steps=s.steps, forwards=s.forwards, context_tokens=s.context_tokens,
                         span_tokens=s.span_tokens, stats=s.as_dict())
-        print(json.dumps(data, ensure_ascii=False))
+        if args.timings:
+            data["timings_ms"] = clock.summary()
+        _print_json(data)
     else:
         sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n"))
     if answer.edit is None:  # the empty line is the answer; stderr says why there was nothing
         print(f"redraft: nothing to suggest here: {_why_nothing(snap, answer)}", file=sys.stderr)
+    if args.timings:
+        print("redraft: timings: " + ", ".join(f"{k} {v:.0f} ms" for k, v in clock.summary().items()),
+              file=sys.stderr)
     return 0
+
+
+class _Clock:
+    """Where a command's time goes, in milliseconds: laps on the main thread, and the model's
+    import and load on its thread (which overlap the snapshot and drafts)."""
+
+    def __init__(self) -> None:
+        self.start_up = _process_age_ms()  # before `main`: the interpreter, site-packages, this module
+        self.t = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str, minus: float = 0.0) -> None:
+        now = time.perf_counter()
+        self.laps[name] = (now - self.t) * 1000 - minus
+        self.t = now
+
+    def summary(self) -> dict[str, float]:
+        out = {} if self.start_up is None else {"start-up": self.start_up}
+        out.update(self.laps)
+        total = _process_age_ms()
+        if total is not None:
+            out["total"] = total
+        return {k: round(v, 1) for k, v in out.items()}
+
+
+def _process_age_ms() -> float | None:
+    """Milliseconds since this process started (Linux, 10 ms steps); None elsewhere."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, (uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")) * 1000)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Loading:
+    """The engine, imported and loaded on a thread while the caller parses the file; a
+    UserError (a model that cannot load) is raised by `result`."""
+
+    def __init__(self, args, clock: _Clock) -> None:
+        import threading
+        self.args, self.clock, self.error, self.engine = args, clock, None, None
+        self.thread = threading.Thread(target=self._run, name="redraft-load", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            t0 = time.perf_counter()
+            from redraft.engine import Engine  # noqa: F401  (torch: the import is timed apart from the load)
+            t1 = time.perf_counter()
+            self.engine = _load_engine(self.args)
+            t2 = time.perf_counter()
+            self.clock.laps["import (thread)"] = (t1 - t0) * 1000
+            self.clock.laps["load (thread)"] = (t2 - t1) * 1000
+        except BaseException as e:  # handed to the main thread
+            self.error = e
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.engine
+
+
+def _print_json(data) -> None:
+    """One JSON document and a newline (a shell prompt or `jq -c` then starts on a line of its own)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 def _why_nothing(snap, answer) -> str:
@@ -324,7 +442,10 @@ def _eval_infill(args) -> int:
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on")
     outcomes = run(engine, sources, kinds, args.limit, args.seed, config)
     rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
-    print(json.dumps(rep, ensure_ascii=False) if args.json else format_table(rep))
+    if args.json:
+        _print_json(rep)
+    else:
+        print(format_table(rep))
     if args.plot is not None:
         from .eval.plot import plot_report
         plot_report(rep, args.plot)
@@ -343,6 +464,10 @@ def _check_plot(path: Path) -> None:
 
 
 def _eval_next_edit(args) -> int:
+    if args.releases is not None:
+        return _eval_releases(args)
+    if args.files is None:
+        raise UserError("next-edit needs --files DIR or --releases")
     from .eval.nextedit import KINDS, run
     from .eval.samples import load_sources
     from .core.settings import ServerConfig
@@ -362,7 +487,7 @@ def _eval_next_edit(args) -> int:
     rep = {"model": None if engine is None else engine.name, "files": len(sources), "seed": args.seed,
            "margin": margin, "kinds": run(engine, sources, kinds, args.limit, args.seed, margin)}
     if args.json:
-        print(json.dumps(rep))
+        _print_json(rep)
     else:
         print(f"model {rep['model']}, {rep['files']} files, seed {args.seed}, margin {margin}")
         print(f"{'kind':14} {'n':>4} {'precision':>9} {'recall':>7} {'reversal':>8} {'p50_ms':>8} {'p95_ms':>8}")
@@ -371,6 +496,30 @@ def _eval_next_edit(args) -> int:
                 return "-" if v is None else format(v, fmt)
             print(f"{kind:14} {r['n']:>4} {f(r['precision'], '.3f'):>9} {f(r['recall'], '.3f'):>7} "
                   f"{f(r['reversal_ratio'], '.3f'):>8} {f(r['p50_ms'], '.1f'):>8} {f(r.get('p95_ms'), '.1f'):>8}")
+    return 0
+
+
+def _eval_releases(args) -> int:
+    from .core.settings import ServerConfig
+    from .eval.releases import format_table, run
+    if len(args.releases) > 2:
+        raise UserError("--releases takes OLD_DIR NEW_DIR, or one ROOT of NAME/VERSION folders")
+    if args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    for d in args.releases:
+        if not d.is_dir():
+            raise UserError(f"{d}: not a folder")
+    engine = None if args.no_model else _load_engine(args)
+    margin = ServerConfig().edit_margin if args.margin is None else args.margin
+    try:
+        rep = run(args.releases[0], args.releases[1] if len(args.releases) == 2 else None, engine,
+                  args.limit, args.seed, margin)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.json:
+        _print_json(rep)
+    else:
+        print(format_table(rep))
     return 0
 
 

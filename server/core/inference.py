@@ -5,6 +5,10 @@ pygls' thread pool, which also serves the stdin reader). One worker keeps engine
 serial, so the engine's per-document key/value caches need no locks. `load` swaps in a
 new model in the background and keeps the old one when loading fails (every failure,
 typed or not, ends in `load_error`, one sentence naming the problem and what is served).
+A load that a newer one supersedes before it finishes is dropped unused, and asking again
+for the model that is loading joins that load. `state` says where loading stands
+(loading / ready / failed); `starting` holds until the first load that counts settles, the
+time in which a front may answer from drafts rather than queue behind the load.
 
 One completion pipeline for every front end: `answer` (the LSP job, `redraft complete`,
 `redraft eval infill`, the HTTP API): context windows, one `engine.infill` seeded with the
@@ -13,27 +17,42 @@ post-processing. With drafts set to "only", or while no model is loaded, the bes
 answers alone. `fill` is its engine call, which the HTTP rewrite route shares; `judge_edits`
 is the model's half of next-edit suggestions (nextedit.py finds the candidates).
 
-It knows nothing of LSP messages; it sees Snapshots and returns Answers.
+It knows nothing of LSP messages; it sees Snapshots and returns Answers. It imports torch
+only when a model loads (`Engine` and `DEFAULT_MODEL` are looked up on first use), so a front
+starts serving drafts while torch is still being imported on the executor.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from redraft.engine import DEFAULT_MODEL, CancelFlag, Cancelled, Completion, Engine, EngineError, SamplerConfig, Stats
+import redraft.engine
+from redraft.engine import CancelFlag, Cancelled, EngineError, SamplerConfig, Stats
 
 from . import context, extra, postprocess
 from .context import Context, Draft, Mode, Snapshot
+from .heap import HeapTrim
 from .history import EditEvent
-from .nextedit import LineEdit
+from .nextedit import MAX_PROPOSALS, LineEdit
 from .postprocess import Edit
 
+if TYPE_CHECKING:
+    from redraft.engine import Completion, Engine
+
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str):
+    """`Engine` and `DEFAULT_MODEL`, imported (with torch) on first use."""
+    if name in ("Engine", "DEFAULT_MODEL"):
+        return getattr(redraft.engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -54,40 +73,96 @@ class Answer:
 class Inference:
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="redraft-infer")
+        self._trim = HeapTrim()
         self.engine: Engine | None = None
         self.loaded: tuple[str | None, str, str] | None = None  # (model, device, dtype) of `engine`
         self.load_error: str | None = None
+        self._asked = 0  # loads asked for (each one's number); the newest wins
+        self._finished = 0  # the number of the newest load that has returned
+        self._settled = False  # a load that counts has finished, well or not
+        self._pending: tuple[tuple[str | None, str, str], Future] | None = None  # the newest load asked for
 
-    def load(self, model: str | None, device: str, dtype: str) -> Future:
+    def load(self, model: str | None, device: str, dtype: str, wait: Callable[[], None] | None = None) -> Future:
         """Load a model on the executor (queued before any later request); the future's result
-        is an error message, or None on success."""
-        return self.executor.submit(self._load, model, device, dtype)
-
-    def _load(self, model: str | None, device: str, dtype: str) -> str | None:
+        is an error message, or None on success (or when a newer load superseded it). Asking
+        for the model that is loading now returns that load's future. `wait()`, when given,
+        runs first on the executor (a front holding the load back while it answers something
+        more urgent); a newer load asked for meanwhile supersedes this one before it begins."""
         key = (model, device, dtype)
-        if self.loaded == key and self.engine is not None:
-            self.load_error = None  # back to the model that is loaded
+        if self._pending is not None and self._pending[0] == key and not self._pending[1].done():
+            return self._pending[1]
+        self._asked += 1
+        future = self.executor.submit(self._load, model, device, dtype, self._asked, wait)
+        self._pending = (key, future)
+        return future
+
+    @property
+    def loading(self) -> bool:
+        return self._finished < self._asked
+
+    @property
+    def starting(self) -> bool:
+        """No load has settled yet: the process has had no model so far and one is on its way."""
+        return not self._settled and self.loading
+
+    @property
+    def state(self) -> str:
+        """Where loading stands: "loading" while a load runs or waits, then "failed"
+        (`load_error` says why, and what is served) or "ready"; "none" before any load."""
+        if self.loading:
+            return "loading"
+        if self.load_error is not None:
+            return "failed"
+        return "ready" if self.engine is not None else "none"
+
+    def _load(self, model: str | None, device: str, dtype: str, number: int,
+              wait: Callable[[], None] | None) -> str | None:
+        try:
+            if wait is not None:
+                wait()
+            return self._load_now(model, device, dtype, number)
+        finally:
+            self._finished = number
+
+    def _load_now(self, model: str | None, device: str, dtype: str, number: int) -> str | None:
+        key = (model, device, dtype)
+        if number != self._asked:  # a newer load is queued behind this one
             return None
+        if self.loaded == key and self.engine is not None:
+            self._settled, self.load_error = True, None  # back to the model that is loaded
+            return None
+        from redraft.engine import DEFAULT_MODEL, Engine  # torch, the first time
         t0 = time.perf_counter()
         try:
             engine = Engine.load(model or DEFAULT_MODEL, device=device, dtype=dtype)
         except (EngineError, ValueError, OSError, RuntimeError) as e:  # typed: the message names the problem
-            return self._failed(model, str(e))
+            return self._failed(model, str(e), number)
         except Exception as e:  # a checkpoint no check foresaw: the server still keeps what it has
-            log.exception("loading %r", model or DEFAULT_MODEL)
-            return self._failed(model, f"{type(e).__name__}: {e}")
+            return self._failed(model, f"{type(e).__name__}: {e}", number, trace=True)
+        if number != self._asked:  # asked for another model meanwhile: no warm-up, not served
+            log.info("loaded %s, not used: another model was asked for meanwhile", engine.name)
+            return None
+        gc.freeze()  # see _settle_heap: the warm-up allocates, and full collections walked torch
         _warm_up(engine)
-        self.engine, self.loaded, self.load_error = engine, key, None
+        replaced = self.engine is not None
+        self.engine, self.loaded, self.load_error, self._settled = engine, key, None, True
+        _settle_heap(replaced)
         log.info("loaded %s on %s in %.0f ms", engine.name, device, (time.perf_counter() - t0) * 1000)
         return None
 
-    def _failed(self, model: str | None, why: str) -> str:
+    def _failed(self, model: str | None, why: str, number: int, trace: bool = False) -> str | None:
         """Keep the engine there is; the error (for stats, the client's one message, the HTTP
-        API's 503) says what failed and what is served meanwhile."""
+        API's 503) says what failed and what is served meanwhile. Logged once, here (with the
+        traceback of a failure no check foresaw). Nothing for a load superseded meanwhile."""
+        from redraft.engine import DEFAULT_MODEL
+        if number != self._asked:
+            log.info("could not load model %r (%s); another model was asked for meanwhile", model, why)
+            return None
         keeping = (f"still serving {self.engine.name!r}" if self.engine is not None
                    else "no model is loaded")
         self.load_error = f"could not load model {model or DEFAULT_MODEL!r}: {why}; {keeping}"
-        log.error("%s", self.load_error)
+        self._settled = True
+        log.error("%s", self.load_error, exc_info=trace)
         return self.load_error
 
     def forget(self, uri: str) -> None:
@@ -97,10 +172,28 @@ class Inference:
     def answer(self, snap: Snapshot, flag: CancelFlag, on_preview: Callable[[str, int, int], None] | None = None
                ) -> Answer:
         """The completion job, on the executor, with whatever model is loaded now."""
-        return answer(self.engine, snap, flag, on_preview)
+        try:
+            return answer(self.engine, snap, flag, on_preview)
+        finally:
+            self._trim.after_job()
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        gc.unfreeze()  # the heap back to the collector (see _settle_heap), for whatever runs on or exits
+
+
+def _settle_heap(replaced: bool) -> None:
+    """After a successful load: every object alive now (torch's modules and the model's among
+    them, ~170k) goes into the collector's permanent generation (gc.freeze), so that a full
+    collection no longer walks them. One took ~200 ms in a loaded server, a pause landing on
+    whichever request happened to allocate then; frozen, ~2 ms. (Frozen before the warm-up
+    too, whose token tables set collections off: it took ~0.16 s instead of ~0.37 s.)
+    Frozen objects are still freed by reference counting; only cycles among them would stay,
+    so when a model replaced another, the heap is unfrozen and collected once first."""
+    if replaced:
+        gc.unfreeze()
+        gc.collect()
+    gc.freeze()
 
 
 WARM_UP_KEY = "redraft-warm-up"
@@ -208,20 +301,32 @@ def judge_edits(engine: Engine | None, lines: tuple[str, ...], proposals: list[L
                 margin: float, flag: CancelFlag | None = None) -> list[LineEdit]:
     """The model's half of next-edit suggestions: the proposals it prefers to the line as it
     is, by at least `margin` in mean log-prob ("no edit" wins every tie), with the document's
-    edit events shown ahead. An engine that cannot judge leaves the rules' proposals as they
-    are. Runs on the executor."""
+    edit events shown ahead. Proposals marked `whole` (a rename's uses) are one decision: kept
+    all together when their nearest MAX_PROPOSALS pass on average, else none. An engine that
+    cannot judge leaves the rules' proposals as they are. Runs on the executor."""
     if not can_judge_edits(engine):
         return list(proposals)
     history = extra.edit_history(events)
-    kept = []
-    for p in proposals:
-        if flag is not None and flag.is_set():
-            return []
+
+    def gain(p: LineEdit) -> float:
         prefix = _window("".join(lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
         suffix = _window("".join(lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
         as_is, edited = engine.score(prefix, "\n" + suffix, [p.original, p.proposed], extra=history)
-        if edited >= as_is + margin:
+        return edited - as_is
+
+    kept, whole = [], [p for p in proposals if p.whole]
+    for p in [p for p in proposals if not p.whole]:
+        if flag is not None and flag.is_set():
+            return []
+        if gain(p) >= margin:
             kept.append(p)
+    gains = []
+    for p in whole[:MAX_PROPOSALS]:  # nearest first
+        if flag is not None and flag.is_set():
+            return []
+        gains.append(gain(p))
+    if gains and sum(gains) / len(gains) >= margin:
+        kept.extend(whole)
     return kept
 
 

@@ -1,26 +1,24 @@
 """Next-edit candidates: after an edit, the matching edits it implies elsewhere in the file.
 
 From the newest edit event and the lines as they were before it, `intent` finds what the
-user did as a token substitution (old -> new, common tokens trimmed) or a token insertion.
-`proposals` turns it into candidate edits, bounded in number, nearest first:
-  * an identifier replaced: its other occurrences as identifiers (tree-sitter), within the
-    function that holds the edit, or the whole file for a top-level name;
-  * a parameter appended to a function's signature: the same text appended to the
-    argument lists of that function's calls;
-  * a literal or other token run replaced: lines of the same shape holding the same run.
-Each proposal is a whole line as it is and as it would be, plus the small edit between them
-(trimmed at token boundaries, so a rename shows as the new name). Lines the event itself
-touched are never proposed (nothing the user just typed is undone); the model then judges
-each proposal against the line as it is (inference.judge_edits).
+user did as one token-level change (a run of tokens replaced, removed or inserted, common
+tokens trimmed, with its neighbouring tokens). `proposals` turns it into candidate edits at
+the places where it recurs (sites.py: renames in the binding scope, call sites of a
+signature that gained a parameter, same-shape lines of a changed literal, and any other
+change where the removed tokens recur between matching neighbours in the same kind of
+node). A rename comes whole or not at all, and so does any change with more places than
+MAX_PROPOSALS: a partial set would leave the code broken. Each proposal is a whole line as
+it is and as it would be, plus the small edit between them (trimmed at token boundaries, so
+a rename shows as the new name). Lines the event itself touched are never proposed, nor
+anything after an event that undoes the one before; the model then judges each proposal
+(or each whole set, as one) against the lines as they are (inference.judge_edits).
 
 Size: it runs on the event loop after the typing pauses, so every step is bounded. `intent`
 reads the lines the event touched (at most MAX_EVENT_LINES of them, from a `Before` window
 saved when the event began), drops the lines and then the tokens both sides share, and
 diffs what is left only when it is small (MAX_INTENT_CHARS of lines, MAX_INTENT_TOKENS
-tokens a side); larger events propose nothing. Candidate sites are searched within
-SITE_ROWS rows of the edit (tree walks through a cursor, so nodes outside cost nothing),
-on lines of at most MAX_LINE_CHARS. Larger documents than that window simply get their
-nearest proposals; a skipped event is logged once per document.
+tokens a side); larger events propose nothing. The site searches have their own bounds
+(sites.py). A skipped event is logged once per document.
 
 Pure text and tree logic: knows nothing of LSP, requests or the engine.
 """
@@ -28,17 +26,15 @@ Pure text and tree logic: knows nothing of LSP, requests or the engine.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .document import Document, body
 from .history import EditEvent
-from .languages import walk_rows
+from .sites import (DOTTED, IDENT, LITERAL, MAX_CHANGE_ROWS, MAX_RENAME_ROWS, call_sites, change_sites, context_type,
+                    def_name, identifier_sites, same_shape_sites)
+from .sites import tokens as _tokens
 
-TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d[\w.]*|\"[^\"\n]*\"|'[^'\n]*'|\S")
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-LITERAL = re.compile(r"\d[\w.]*\Z|\"[^\"\n]*\"\Z|'[^'\n]*'\Z")
 MAX_PROPOSALS = 8  # each costs one judging pass (~12 ms on a 2-core CPU)
 # An event touching more lines than this proposes nothing (no rule follows from a rewrite of a
 # region that size; a full-text change of an ordinary document still fits). Also the rows a
@@ -50,26 +46,22 @@ MAX_EVENT_LINES = 2000
 # ~0.1 ms). A substitution the rules can follow is a name, a literal or a short argument.
 MAX_INTENT_CHARS = 8 << 10
 MAX_INTENT_TOKENS = 256
-# Candidate sites lie within this many rows of the edit: scanning a row costs ~0.5 us, walking
-# a row's tree nodes ~10 us. Proposals are nearest first, so this only matters past it.
-SITE_ROWS = 2000
-MAX_LINE_CHARS = 2000  # longer lines (minified, data) are never compared for shape
-SHAPE_RATIO = 0.8  # token-shape similarity for "lines like the edited one" (literals alike)
-SCOPES = ("function_definition", "function_declaration", "method_definition", "method_declaration",
-          "function_item", "arrow_function", "lambda", "class_definition")
-
 
 @dataclass(frozen=True)
 class Intent:
-    kind: str  # "replace" | "append_param"
+    kind: str  # "replace" (a token run replaced, removed or inserted) | "append_param"
     old: str  # replaced text ("" for an insertion)
-    new: str
+    new: str  # its replacement ("" for a deletion)
     row: int  # row of the edit in the current text
     col: int  # its column
     first_row: int  # rows the event touched, current text
     last_row: int
     name: str = ""  # append_param: the function's name
     after_dot: bool = False  # the replaced identifier was an attribute (x.old)
+    left: str = ""  # the tokens on either side of the change on its row ("" at the line's ends)
+    right: str = ""
+    gap: str = ""  # the text between them now (the change with the user's spacing)
+    context: str = ""  # the kind of syntax node that held the change and its neighbours before it
 
 
 @dataclass(frozen=True)
@@ -80,10 +72,7 @@ class LineEdit:
     text: str
     original: str  # the line body as it is
     proposed: str  # the line body after the edit
-
-
-def _tokens(text: str) -> list[tuple[str, int, int]]:
-    return [(m.group(), m.start(), m.end()) for m in TOKEN.finditer(text)]
+    whole: bool = False  # one of a set offered together or not at all (every use of a renamed name)
 
 
 @dataclass(frozen=True)
@@ -109,12 +98,26 @@ class Before:
         return cls(start, lines[start:last_row + MAX_EVENT_LINES + 1], len(lines))
 
 
-def candidates(before: Before | Sequence[str], doc: Document, event: EditEvent) -> list[LineEdit]:
+def candidates(before: Before | Sequence[str], doc: Document, event: EditEvent,
+               previous: EditEvent | None = None) -> list[LineEdit]:
     """The rules' half of next-edit suggestions: the edits the newest edit `event` implies,
     `before` being the lines as they were when it began, or a window of them (the model then
-    judges them: inference.judge_edits). Every front end comes through here."""
+    judges them: inference.judge_edits). Nothing when `event` undoes the `previous` one.
+    Every front end comes through here."""
+    if previous is not None and undoes(event, previous):
+        return []
     found = intent(before, doc, event.first_line, min(event.last_line, len(doc.lines) - 1))
     return proposals(found, doc) if found is not None else []
+
+
+def undoes(event: EditEvent, previous: EditEvent) -> bool:
+    """Whether `event` puts back what `previous` changed at the same place: it inserts what
+    that one removed (in one change, or backspaced a character at a time) and removes what
+    it inserted. A change the user takes back is never proposed elsewhere."""
+    if event.first_line != previous.first_line or not (event.inserted or event.removed):
+        return False
+    took_back = previous.removed in (event.inserted, event.inserted[::-1])
+    return took_back and event.removed in (previous.inserted, previous.inserted[::-1])
 
 
 def _drop_shared_lines(old_lines, new_lines):
@@ -123,13 +126,19 @@ def _drop_shared_lines(old_lines, new_lines):
     lines), so only the others need reading."""
     if sum(map(len, old_lines)) + sum(map(len, new_lines)) <= 2 * MAX_INTENT_CHARS:
         return 0, old_lines, new_lines
-    top, n = 0, min(len(old_lines), len(new_lines))
-    while top < n and old_lines[top] == new_lines[top]:
-        top += 1
-    bottom = 0
-    while bottom < n - top and old_lines[-1 - bottom] == new_lines[-1 - bottom]:
-        bottom += 1
+    top, bottom = shared_ends(old_lines, new_lines)
     return top, old_lines[top:len(old_lines) - bottom], new_lines[top:len(new_lines) - bottom]
+
+
+def shared_ends(a: Sequence, b: Sequence, key=lambda x: x) -> tuple[int, int]:
+    """How many items `a` and `b` share at their start, then at their end (not overlapping)."""
+    p, n = 0, min(len(a), len(b))
+    while p < n and key(a[p]) == key(b[p]):
+        p += 1
+    q = 0
+    while q < n - p and key(a[-1 - q]) == key(b[-1 - q]):
+        q += 1
+    return p, q
 
 
 def intent(before: Before | Sequence[str], doc: Document, first_row: int, last_row: int) -> Intent | None:
@@ -154,13 +163,7 @@ def intent(before: Before | Sequence[str], doc: Document, first_row: int, last_r
         return None
     old_text, new_text = "".join(old_lines), "".join(new_lines)
     a, b = _tokens(old_text), _tokens(new_text)
-    # Then the tokens both sides share at either end; what is left is diffed.
-    p, n = 0, min(len(a), len(b))
-    while p < n and a[p][0] == b[p][0]:
-        p += 1
-    q = 0
-    while q < n - p and a[-1 - q][0] == b[-1 - q][0]:
-        q += 1
+    p, q = shared_ends(a, b, key=lambda t: t[0])  # then the tokens both sides share; the rest is diffed
     if max(len(a), len(b)) - p - q > MAX_INTENT_TOKENS:
         doc.note_limit("intent", f"an edit of over {MAX_INTENT_TOKENS} tokens: no next edits for it")
         return None
@@ -172,54 +175,74 @@ def intent(before: Before | Sequence[str], doc: Document, first_row: int, last_r
     tag, i1, i2, j1, j2 = ops[0]
     old = old_text[a[i1][1]:a[i2 - 1][2]] if i2 > i1 else ""
     new = new_text[b[j1][1]:b[j2 - 1][2]] if j2 > j1 else ""
-    at = b[j1][1] if j2 > j1 else (b[j1][1] if j1 < len(b) else len(new_text))
+    at = b[j1][1] if j1 < len(b) else len(new_text)  # where the change is (or was) in the text now
+    end = b[j2 - 1][2] if j2 > j1 else at
     row = first_row + top + new_text[:at].count("\n")
-    col = at - (new_text.rfind("\n", 0, at) + 1)
-    if tag == "replace" and old and new:
-        return Intent("replace", old, new, row, col, first_row, last_row, after_dot=new_text[at - 1:at] == ".")
+    line_start = new_text.rfind("\n", 0, at) + 1
+    col = at - line_start
     if tag == "insert" and new.startswith(",") and j2 < len(b) and b[j2][0] == ")":
-        name = _def_name(doc, row)
+        name = def_name(doc, row)
         if name:
             return Intent("append_param", "", new, row, col, first_row, last_row, name)
-    return None
+    if "\n" in old or "\n" in new:
+        return None  # proposals are line edits
+    left = b[j1 - 1] if j1 > 0 and "\n" not in new_text[b[j1 - 1][2]:at] else None
+    right = b[j2] if j2 < len(b) and "\n" not in new_text[end:b[j2][1]] else None
+    gap = new_text[left[2]:right[1]] if left and right else new
+    it = Intent("replace", old, new, row, col, first_row, last_row, after_dot=new_text[at - 1:at] == ".",
+                left=left[0] if left else "", right=right[0] if right else "", gap=gap)
+    if follows_as_change(it) and doc.syntax.grammar is not None:
+        # the same span of the text as it was: from the left neighbour to the right one
+        start = a[i1 - 1][1] if left else (a[i1][1] if i2 > i1 else a[i1 - 1][2] if i1 else 0)
+        stop = a[i2][2] if right else (a[i2 - 1][2] if i2 > i1 else start)
+        old_row = first_row + top + old_text[:start].count("\n")
+        old_start = old_text.rfind("\n", 0, start) + 1
+        it = replace(it, context=context_type(doc.syntax.grammar, before.lines, old_row - before.first,
+                                              start - old_start, stop - old_start))
+    return it
 
 
-def _def_name(doc: Document, row: int) -> str:
-    """Name of the function whose signature is on `row` (tree-sitter), else ''."""
-    if doc.tree is None:
-        return ""
-    line = doc.lines[row]
-    node = doc.tree.root_node.named_descendant_for_point_range((row, len(line) - len(line.lstrip())),
-                                                                (row, len(line.encode()) - 1))
-    while node is not None and not node.type.endswith(("function_definition", "function_declaration",
-                                                         "function_item", "method_declaration")):
-        node = node.parent
-    if node is None or node.start_point[0] != row:
-        return ""
-    name = node.child_by_field_name("name")
-    return name.text.decode() if name is not None and name.text else ""
+def is_rename(it: Intent) -> bool:
+    """A name replaced by a name, or by a dotted one (`urlparse` -> `urllib.parse`)."""
+    return it.kind == "replace" and bool(IDENT.match(it.old) and DOTTED.match(it.new))
+
+
+def follows_as_change(it: Intent) -> bool:
+    """Whether `proposals` follows this intent with the general change rule (not a rename,
+    a literal or an appended parameter)."""
+    return it.kind == "replace" and not is_rename(it) and not (LITERAL.match(it.old) and it.new)
 
 
 def proposals(intent: Intent, doc: Document, limit: int = MAX_PROPOSALS) -> list[LineEdit]:
+    """Candidate edits, nearest first. A rename comes whole (every use in its scope) or not at
+    all; another change with more than `limit` places comes whole too, within MAX_CHANGE_ROWS;
+    literals give the `limit` nearest same-shape lines. Whole sets are marked `whole`."""
+    whole, cap = False, MAX_CHANGE_ROWS
     if intent.kind == "append_param":
-        found = _call_sites(intent, doc)
-    elif IDENT.match(intent.old) and IDENT.match(intent.new) and doc.tree is not None:
-        found = _identifier_sites(intent, doc)
+        found = call_sites(intent, doc)
+    elif is_rename(intent) and doc.tree is not None:
+        found, whole, cap = identifier_sites(intent, doc), True, MAX_RENAME_ROWS
+    elif follows_as_change(intent):
+        found = change_sites(intent, doc)
     else:
-        found = _same_shape_sites(intent, doc)
+        found = same_shape_sites(intent, doc, limit)
     by_row: dict[int, list[tuple[int, int, str]]] = {}
     for row, start, end, text in found:
         if not intent.first_row <= row <= intent.last_row:  # never what the user just typed
             by_row.setdefault(row, []).append((start, end, text))
+    if len(by_row) > cap:
+        doc.note_limit("change", f"a change with over {cap} lines to follow: not offered")
+        return []
+    whole = whole or (intent.kind == "replace" and len(by_row) > limit and not LITERAL.match(intent.old))
     out = []
-    for row in sorted(by_row, key=lambda r: (abs(r - intent.row), r))[:limit]:
+    for row in sorted(by_row, key=lambda r: (abs(r - intent.row), r))[:None if whole else limit]:
         original = body(doc.lines[row])
         proposed, shift = original, 0
         for start, end, text in sorted(by_row[row]):
             proposed = proposed[:start + shift] + text + proposed[end + shift:]
             shift += len(text) - (end - start)
         s, e, t = small_edit(original, proposed)
-        out.append(LineEdit(row, s, e, t, original, proposed))
+        out.append(LineEdit(row, s, e, t, original, proposed, whole))
     return out
 
 
@@ -241,76 +264,6 @@ def small_edit(original: str, proposed: str) -> tuple[int, int, str]:
         start = end = a[i][1] if i < len(a) else len(original)
         bend = bstart + (len(proposed) - len(original))
     return start, end, proposed[bstart:bend]
-
-
-def _scope(doc: Document, row: int, col: int):
-    """The function (or class) holding the edit when it is inside one, else the whole tree."""
-    bcol = len(body(doc.lines[row])[:col].encode())
-    node = doc.tree.root_node.named_descendant_for_point_range((row, bcol), (row, bcol))
-    while node is not None and node.type not in SCOPES:
-        node = node.parent
-    return node if node is not None else doc.tree.root_node
-
-
-def _identifier_sites(intent: Intent, doc: Document):
-    scope = _scope(doc, intent.row, intent.col)
-    if scope.type != "module" and scope.start_point[0] == intent.row and _def_name(doc, intent.row) == intent.new:
-        scope = doc.tree.root_node  # the function itself was renamed: its callers are anywhere
-    old = intent.old.encode()
-    for node in walk_rows(scope, intent.row - SITE_ROWS, intent.row + SITE_ROWS):
-        if node.type in ("identifier", "field_identifier", "property_identifier", "type_identifier") \
-                and node.text == old:
-            row, bcol = node.start_point
-            line, col = doc.lines[row], doc.char_col(row, bcol)
-            keyword = node.parent is not None and node.parent.type == "keyword_argument" \
-                and node.parent.child_by_field_name("name") == node  # f(old=...) names the callee's parameter
-            if (line[col - 1:col] == ".") == intent.after_dot and not keyword:  # a local is not an attribute
-                yield row, col, col + len(intent.old), intent.new
-
-
-def _call_sites(intent: Intent, doc: Document):
-    if doc.tree is None:
-        return
-    for node in walk_rows(doc.tree.root_node, intent.row - SITE_ROWS, intent.row + SITE_ROWS):
-        if node.type not in ("call", "call_expression"):
-            continue
-        fn = node.child_by_field_name("function")
-        args = node.child_by_field_name("arguments")
-        if fn is None or args is None or fn.text is None:
-            continue
-        name = fn.text.decode("utf-8", "replace").rsplit(".", 1)[-1]
-        if name != intent.name or args.start_point[0] != args.end_point[0]:
-            continue  # one-line argument lists only: the edit stays on one row
-        row, bcol = args.end_point
-        col = doc.char_col(row, bcol - 1)  # before ")"
-        empty = args.named_child_count == 0
-        text = intent.new.lstrip(", ") if empty else intent.new
-        yield row, col, col, text
-
-
-def _shape(tokens: list[str]) -> list[str]:
-    return ["L" if LITERAL.match(t) else t for t in tokens]
-
-
-def _same_shape_sites(intent: Intent, doc: Document):
-    line = body(doc.lines[intent.row])
-    if len(line) > MAX_LINE_CHARS:
-        return
-    edited = _shape([t[0] for t in _tokens(line)])
-    old_tokens = [t[0] for t in _tokens(intent.old)]
-    lines = doc.lines
-    for row in range(max(0, intent.row - SITE_ROWS), min(len(lines), intent.row + SITE_ROWS + 1)):
-        if intent.old not in lines[row] or len(lines[row]) > MAX_LINE_CHARS + 2:
-            continue
-        line = body(lines[row])
-        toks = _tokens(line)
-        words = [t[0] for t in toks]
-        if difflib.SequenceMatcher(a=edited, b=_shape(words), autojunk=False).ratio() < SHAPE_RATIO:
-            continue
-        n = len(old_tokens)
-        for k in range(len(words) - n + 1):
-            if words[k:k + n] == old_tokens:
-                yield row, toks[k][1], toks[k + n - 1][2], intent.new
 
 
 class Rows(Sequence):

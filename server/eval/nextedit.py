@@ -194,21 +194,28 @@ class Result:
     ms: float
 
 
-def run_one(engine, source: Source, s: Scenario, margin: float) -> Result:
-    """The user's edit applied and recorded as the session records it, then the server's
-    next-edit path: the rules' candidates, the model's judgement."""
-    doc = _doc(source.text)
+def propose(engine, text: str, changes: list, margin: float) -> tuple[Document, list[str], list, float]:
+    """`text` opened as a document, the user's `changes` (LSP ranges, UTF-16 columns) applied
+    and recorded as the session records them, then the server's next-edit path: the rules'
+    candidates, the model's judgement, timed together. (document, lines before, edits, ms)."""
+    doc = _doc(text)
     before = list(doc.lines)
     history = EditHistory()
-    for change in doc.apply([((s.row, s.start, s.row, s.end), s.new)], 2):
+    for change in doc.apply(changes, 2):
         history.record(change, 0.0)
-    removed = body(before[s.row])[s.start:s.end]
     events = history.recent()
     t0 = time.perf_counter()
     props = nextedit.candidates(before, doc, events[-1])
     if props:
         props = judge_edits(engine, tuple(doc.lines), props, events, margin)
-    ms = (time.perf_counter() - t0) * 1000
+    return doc, before, props, (time.perf_counter() - t0) * 1000
+
+
+def run_one(engine, source: Source, s: Scenario, margin: float) -> Result:
+    """The user's edit applied and recorded as the session records it, then the server's
+    next-edit path: the rules' candidates, the model's judgement."""
+    doc, before, props, ms = propose(engine, source.text, [((s.row, s.start, s.row, s.end), s.new)], margin)
+    removed = body(before[s.row])[s.start:s.end]
     after = {p.row: p.proposed for p in props}
     right = sum(1 for p in props if s.targets.get(p.row) == p.proposed)
     recalled = sum(1 for r, want in s.targets.items() if after.get(r, body(doc.lines[r])) == want)

@@ -2,3 +2,6 @@
 error boundary), engine.py (requests to snapshots, through the core's completion pipeline),
 templates.py (FIM prompt families and request parameters), stats.py (the counters behind
 GET /v1/redraft/stats)."""
+
+# Not Ollama's 11434: redraft beside a running Ollama must not clash with it.
+DEFAULT_PORT = 7355

@@ -11,7 +11,8 @@ the Inference: one engine, one model in memory, one executor every engine call r
                             temperature, stop, n
   POST /v1/fim/completions  Inception: prompt + suffix, answered like /v1/completions
   POST /v1/edit/completions Inception next edit: a chat body whose user message holds
-                            Mercury's prompt tags; the rewritten code_to_edit region, or "None"
+                            Mercury's prompt tags; the rewritten code_to_edit region, or
+                            JSON null for "no edit"
   GET  /v1/models
   GET  /v1/redraft/stats    the HTTP side's counters (stats.py), with `model` and `model_error`
 
@@ -23,7 +24,7 @@ strings. The text is plain unless the body names a `language` (an extension of t
 or the prompt a file (Mercury's current_file_path); plain text has no parse-error check.
 max_tokens caps the span budget below the server's per-mode default, never above it (a
 longer span only slows a line down). A next edit masks the region and re-fills it seeded
-with the region's own text as a draft; the answer is "None" when the fill equals the region.
+with the region's own text as a draft; "no edit" (the fill equals the region) is JSON null.
 
 `stream: true` streams server-sent events (`data: {...}` chunks, then `data: [DONE]`) on
 the /v1 routes and newline-delimited JSON on /api/generate, as Ollama does (its default is to
@@ -225,6 +226,10 @@ class _Api:
         return self._sse_response(job, chunk, p.diffusing)
 
     async def edit(self, request: Request) -> Response:
+        """Inception's next edit, in the chat-completions shape: `choices[0].message.content` is
+        the rewritten code_to_edit region, or null when there is no edit (a string would be
+        ambiguous: the region may well read "None"). Streamed, the chunks' `delta.content`
+        says the same; with `diffusing` the last one with content holds the final answer."""
         body = await self._json(request)
         model = self._model(body)
         ep, p = templates.edit_prompt(body)
@@ -237,8 +242,8 @@ class _Api:
                                                       "finish_reason": c.finish}], "usage": _usage([c])},
                                 headers=_timing([c]))
 
-        def chunk(i: int, text: str, finish: str | None = None) -> str:
-            delta = {"role": "assistant", "content": text} if text or finish is None else {}
+        def chunk(i: int, text: str | None, finish: str | None = None) -> str:
+            delta = {"role": "assistant", "content": text} if text or text is None or finish is None else {}
             return _sse({**head, "object": "chat.completion.chunk",
                          "choices": [{"index": i, "delta": delta, "finish_reason": finish}]})
         return self._sse_response(job, chunk, p.diffusing)

@@ -43,7 +43,7 @@ class ApiError(Exception):
 class ApiChoice:
     """One of the n choices of an HTTP completion, before it is shaped for the client's API."""
 
-    text: str
+    text: str | None  # None: a next edit's "no edit" (JSON null)
     finish: str  # "stop" | "length"
     stats: Stats | None
     engine_ms: float = 0.0  # wall time of the engine call, windows and post-processing included
@@ -111,7 +111,8 @@ def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: Se
 def rewrite(inference: Inference, ep: templates.EditPrompt, p: Params, config: ServerConfig, flag: CancelFlag,
             on_preview: Callable[[int, str], None] | None = None) -> ApiChoice:
     """Mercury's next edit: the region masked and re-filled, conditioned on the rest of the
-    file and seeded with the region itself; "None" when the fill equals the region."""
+    file and seeded with the region itself; text None ("no edit") when the fill equals the
+    region or the model abstains."""
     engine = _engine(inference)
     t0 = time.perf_counter()
     n = engine.count_tokens(ep.region)
@@ -125,7 +126,7 @@ def rewrite(inference: Inference, ep: templates.EditPrompt, p: Params, config: S
                   None if on_preview is None else (lambda text, step, masked: on_preview(0, text)), sampler)
     text, ms = result.text, (time.perf_counter() - t0) * 1000
     if result.abstained or text.rstrip() == ep.region.rstrip():
-        return ApiChoice("None", "stop", result.stats, ms)
+        return ApiChoice(None, "stop", result.stats, ms)
     if ep.region.endswith("\n") and not text.endswith("\n"):
         text += "\n"  # the region's line end stays where it was
     return ApiChoice(text, "stop", result.stats, ms)

@@ -2,8 +2,11 @@
 
 The protocol class (1) answers a request whose params fail to deserialize with
 InvalidParams (-32602) and its id, where pygls 2.1 would drop it and leave the client
-waiting, (2) always negotiates UTF-16 columns, which the Session counts in, and (3) skips
-pygls' own copy of open documents, since the Session keeps them (with trees and histories).
+waiting, (2) always negotiates UTF-16 columns, which the Session counts in, (3) skips
+pygls' own copy of open documents, since the Session keeps them (with trees and histories),
+and (4) forgets each notification once handled: pygls 2.1 files the future of every
+notification whose handler is a generator (didOpen, didChange, didClose, ...) under a fresh
+id and never removes it — one future per keystroke, for the life of the process.
 `ClientLog` forwards redraft's log records to the client as `window/logMessage`.
 """
 
@@ -31,6 +34,13 @@ class RedraftProtocol(LanguageServerProtocol):
                 self._send_response(data["id"], error=err)
             # Something handle_message ignores (an unknown notification), so the reader goes on.
             return JsonRPCNotification(method="$/redraft/invalid", jsonrpc="2.0", params=None)
+
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        if callback == self._check_handler_result:  # a notification: nothing will ask for it by id
+            future = self._request_futures.get(msg_id)
+            if future is not None:
+                future.add_done_callback(lambda _, key=msg_id: self._request_futures.pop(key, None))
 
     @lsp_method(T.INITIALIZE)
     def lsp_initialize(self, params: T.InitializeParams):

@@ -15,6 +15,12 @@ engine's text after every denoising step, for clients that set `streamPreviews`)
 suggestions: Copilot's `textDocument/copilotInlineEdit` (+ `textDocument/didShowInlineEdit`
 and the `redraft.acceptEdit` command) and, for every other client, a quick-fix code action
 applying the same edits, always for the document version they were computed on.
+
+Start-up: the configured model starts loading as the server starts serving, before
+`initialize` arrives (`initializationOptions` naming another model switch to it; the first
+load is then dropped unused). Until the first load settles, completions come from drafts at
+once (`redraft/stats`: `model_state` "loading", `answered_loading`), and this module imports
+no torch: the engine's thread imports it while the event loop already answers.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from typing import Any, Callable
 
 from lsprotocol import types as T
@@ -49,25 +56,32 @@ ACCEPT_EDIT_COMMAND = "redraft.acceptEdit"
 
 def guarded(session: Session, method: str, empty: Callable[[], Any] = lambda: None):
     """The one boundary of every handler: an exception is logged, counted for `method` and
-    answered with `empty()`; cancellation passes through (it is not an error)."""
+    answered with `empty()`; cancellation passes through (it is not an error). It also notes
+    when the client was last heard from (`session.heard`, as a handler starts and ends)."""
     def wrap(handler):
         if asyncio.iscoroutinefunction(handler):
             @functools.wraps(handler)
             async def run_async(*args):
+                session.heard = time.monotonic()
                 try:
                     return await handler(*args)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     return _failed(session, method, empty)
+                finally:
+                    session.heard = time.monotonic()
             return run_async
 
         @functools.wraps(handler)
         def run(*args):
+            session.heard = time.monotonic()
             try:
                 return handler(*args)
             except Exception:
                 return _failed(session, method, empty)
+            finally:
+                session.heard = time.monotonic()
         return run
     return wrap
 
@@ -78,37 +92,69 @@ def _failed(session: Session, method: str, empty: Callable[[], Any]) -> Any:
     return empty()
 
 
+# The first load waits, before it imports torch, until `initialize` is answered and the client
+# has sent nothing for START_QUIET seconds (START_WAIT_MAX at most): importing torch holds the
+# interpreter for up to half a second at a time (its shared libraries load under the GIL), and
+# beside it an editor's start-up messages waited. Measured on the 2-core development machine
+# (busy): the first completion after didOpen answered from drafts in 75 ms alone, 565 ms beside
+# the import; a client there took over 0.1 s to follow `initialize` with didOpen.
+START_QUIET = 0.25
+START_WAIT_MAX = 0.5
+
+
 class _Loader:
     """The model load and what the client is told about it: one message for problems,
     `$/progress` while it runs (once the client is initialized and supports it)."""
 
     def __init__(self, server: LanguageServer, session: Session):
         self.server, self.session = server, session
-        self.loading = None  # the load in progress (a Future)
+        self.loading = None  # the newest load (a Future)
+        self.watched = None  # the load whose outcome the client is told
+        self.answered_initialize = False
         self.initialized = False
 
-    def message(self, text: str, kind: T.MessageType = T.MessageType.Warning) -> None:
-        log.warning("%s", text)  # also reaches the client's log through ClientLog
+    def message(self, text: str, kind: T.MessageType = T.MessageType.Warning, logged: bool = False) -> None:
+        """One window/showMessage; also one line in the log (which ClientLog forwards to the
+        client's) unless whoever found the problem `logged` it already."""
+        if not logged:
+            log.warning("%s", text)
         try:
             self.server.window_show_message(T.ShowMessageParams(type=kind, message=f"redraft: {text}"))
-        except Exception:  # no transport yet (or gone): the log line above is enough
+        except Exception:  # no transport yet (or gone): the log line is enough
             pass
+
+    def preload(self) -> None:
+        """Start loading the configured model now, before `initialize` (no event loop yet)."""
+        self.loading = self.session.load_model(wait=self._start_up_quiet)
+
+    def _start_up_quiet(self) -> None:
+        """Until the client's start-up messages are answered (on the executor, before the load)."""
+        start = time.monotonic()
+        while time.monotonic() - start < START_WAIT_MAX:
+            if self.answered_initialize and time.monotonic() - self.session.heard >= START_QUIET:
+                return
+            time.sleep(0.01)
 
     def apply_settings(self, options: Any, load: bool = False) -> None:
         problems, changed = self.session.configure(as_plain(options))
         if problems:  # one message for all of them, defaults kept
             self.message("invalid settings, defaults kept: " + "; ".join(problems))
-        if changed or load:
+        if changed or (load and self.loading is None):
             self.watch(self.session.load_model())
+        elif load:  # `initialize` asks for the model loading since the server started
+            self.watch(self.loading)
 
     def watch(self, load) -> None:
         loop = asyncio.get_running_loop()
         self.loading = load
+        if load is self.watched:  # the same load asked for again: its outcome is told once
+            return
+        self.watched = load
 
         def done(f):  # runs on the inference thread: hand the message to the loop
             error = None if f.cancelled() else f.result()
-            if error:
-                loop.call_soon_threadsafe(self.message, error, T.MessageType.Error)
+            if error:  # Inference logged it when it failed: the client's log has it already
+                loop.call_soon_threadsafe(self.message, error, T.MessageType.Error, True)
         load.add_done_callback(done)
         if self.initialized:
             loop.create_task(self.report_progress(load))
@@ -137,14 +183,29 @@ class _Loader:
                 server.work_done_progress.end(token, T.WorkDoneProgressEnd(message="ready"))
 
 
-def build_server(config: ServerConfig | None = None, inference: Inference | None = None) -> LanguageServer:
-    """A ready-to-start server; the model loads in the background after `initialize`. Pass an
-    `inference` to share its engine (one model in memory) with the HTTP front."""
-    server = LanguageServer(NAME, "0.1.0", protocol_cls=RedraftProtocol,
-                            text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
+class RedraftServer(LanguageServer):
+    """pygls' server, whose model starts loading the moment it starts serving."""
+
+    loader: _Loader
+
+    def start_io(self, *args, **kwargs):
+        self.loader.preload()
+        return super().start_io(*args, **kwargs)
+
+    def start_tcp(self, *args, **kwargs):
+        self.loader.preload()
+        return super().start_tcp(*args, **kwargs)
+
+
+def build_server(config: ServerConfig | None = None, inference: Inference | None = None) -> RedraftServer:
+    """A ready-to-start server; the model starts loading in the background when it starts
+    serving. Pass an `inference` to share its engine (one model in memory) with the HTTP front
+    (a load it has under way for the same model is joined, not repeated)."""
+    server = RedraftServer(NAME, "0.1.0", protocol_cls=RedraftProtocol,
+                           text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
     session = Session(config or ServerConfig(), inference or Inference())
     server.session = session  # for tests and embedding; handlers close over it
-    loader = _Loader(server, session)
+    server.loader = loader = _Loader(server, session)
     _lifecycle(server, session, loader)
     _documents(server, session)
     _completions(server, session)
@@ -169,8 +230,10 @@ def _lifecycle(server: LanguageServer, session: Session, loader: _Loader) -> Non
                 except RuntimeError:
                     pass
             session.publish = publish
-        # the model loads in the background; requests queue behind it on the same executor
+        # the model loads in the background (since the server started, unless the options name
+        # another); until the first load settles, drafts answer
         loader.apply_settings(params.initialization_options, load=True)
+        loader.answered_initialize = True
 
     @server.feature(T.INITIALIZED)
     @guarded(session, T.INITIALIZED)

@@ -6,8 +6,9 @@ back end. Edit notifications only mutate it and return. `inline_completion` take
 snapshot on the event loop (with the extra context and the drafts looked up there, where
 the documents are current), answers from the suggestion on screen when the user typed a
 prefix of it (no model run), and otherwise hands the snapshot to the scheduler, which
-runs the engine on its own executor. After an accept, the next completion is computed
-ahead of time at the end of the accepted text.
+runs the engine on its own executor. While the process's first model loads (that load holds
+the executor), the drafts answer at once on the event loop instead of queueing behind it.
+After an accept, the next completion is computed ahead of time at the end of the accepted text.
 
 Size: nothing here grows with the document. An edit costs the lines it touched: the draft
 index files at most drafts.FILE_NOW_CHARS of them per message and the rest in later slices
@@ -29,13 +30,15 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Callable
 
 from ..core import drafts as draft_index
 from ..core import extra, nextedit, settings
 from ..core.context import Copies, Mode, Snapshot, copies, take_snapshot
 from ..core.document import Change, Document, body, utf16_len
 from ..core.history import EditHistory
-from ..core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Inference, can_judge_edits, judge_edits
+from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Inference, answer_from_drafts, can_judge_edits,
+                              judge_edits)
 from ..core.languages import syntax_for
 from ..core.postprocess import Edit
 from .scheduler import Scheduler
@@ -137,6 +140,7 @@ class Session:
         self.definitions: extra.DefinitionCache = {}
         # publish(method, params) sends a notification from any thread (set by the LSP layer)
         self.publish = None
+        self.heard = 0.0  # time.monotonic() of the newest client message (set by the LSP layer)
 
     # -- settings ------------------------------------------------------------------------
 
@@ -147,9 +151,9 @@ class Session:
         old, self.config = self.config, new
         return problems, (new.model, new.device, new.dtype) != (old.model, old.device, old.dtype)
 
-    def load_model(self) -> Future:
+    def load_model(self, wait: Callable[[], None] | None = None) -> Future:
         c = self.config
-        return self.inference.load(c.model, c.device, c.dtype)
+        return self.inference.load(c.model, c.device, c.dtype, wait)
 
     # -- documents -----------------------------------------------------------------------
 
@@ -262,6 +266,8 @@ class Session:
     async def _run(self, st: DocState, snap: Snapshot):
         """Run the engine for a snapshot (latest wins); remember what it answered for type-through."""
         uri = snap.uri
+        if self.inference.starting and self.config.drafts != "off":
+            return True, self._answer_while_loading(st, snap)
         snap = self._enrich(st, snap)
         on_preview = self._streamer(snap) if self.config.stream_previews and self.publish is not None else None
         try:
@@ -278,6 +284,18 @@ class Session:
         if answer.edit is not None and self.docs.get(uri) is st:  # it may have closed meanwhile
             st.shown = Suggestion(snap.row, snap.left, snap.right, snap.nlines, answer.edit)
         return True, answer
+
+    def _answer_while_loading(self, st: DocState, snap: Snapshot):
+        """The best draft, now, on the event loop (a few milliseconds): the executor is busy
+        with the first model load, which takes seconds."""
+        self.scheduler.supersede(snap.uri)
+        found = self._copies(st, snap)
+        answer = answer_from_drafts(replace(snap, drafts=found.drafts(self.config.max_drafts)))
+        self.stats.count_source(answer)
+        if answer.edit is not None:
+            self.stats.answered_loading += 1
+            st.shown = Suggestion(snap.row, snap.left, snap.right, snap.nlines, answer.edit)
+        return answer
 
     def _enrich(self, st: DocState, snap: Snapshot) -> Snapshot:
         """The snapshot with extra context and drafts, looked up while the documents are current."""
@@ -344,7 +362,7 @@ class Session:
         if not events or st.event_before is None:
             return doc.version, []
         at = doc.version
-        found = nextedit.candidates(st.event_before, doc, events[-1])
+        found = nextedit.candidates(st.event_before, doc, events[-1], events[-2] if len(events) > 1 else None)
         if found and can_judge_edits(self.inference.engine):
             reach = max(EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS) + 1  # lines of >= 1 character: all the judge reads
             rows = nextedit.Rows(doc.lines, min(p.row for p in found) - reach, max(p.row for p in found) + reach)
@@ -425,5 +443,6 @@ class Session:
         d = self.stats.as_dict()
         d["documents"] = len(self.docs)
         d["model"] = None if self.inference.engine is None else self.inference.engine.name
+        d["model_state"] = self.inference.state
         d["model_error"] = self.inference.load_error
         return d

@@ -33,6 +33,7 @@ class Counters:
     errors_by_method: dict = field(default_factory=dict)  # LSP method -> errors
     model_runs: int = 0  # engine calls that finished
     type_through: int = 0  # answered from the suggestion on screen, no model run
+    answered_loading: int = 0  # answered from drafts while the first model loaded (no model yet)
     shown: int = 0  # textDocument/didShowCompletion
     accepted: int = 0  # the accept command
     partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion

@@ -101,3 +101,87 @@ def test_complete_says_nothing_on_stderr_when_it_answers(tmp_path):
                  "        self.log = logging.", encoding="utf-8")
     out = redraft("complete", f"{f}:8:28", "--drafts", "only")
     assert out.returncode == 0 and out.stdout == "getLogger(__name__)\n" and "nothing" not in out.stderr
+
+
+def test_every_json_output_ends_in_a_newline(model, source, tmp_path):
+    out = redraft("complete", f"{source}:4:14", "--model", str(model), "--json", "--span", "6")
+    assert out.returncode == 0 and out.stdout.endswith("}\n") and out.stdout.count("\n") == 1, out.stderr
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "a.py").write_text(tiny.CORPUS * 3, encoding="utf-8")
+    out = redraft("eval", "infill", "--files", str(tmp_path / "code"), "--drafts", "only", "--limit", "2", "--json")
+    assert out.returncode == 0 and out.stdout.endswith("}\n") and out.stdout.count("\n") == 1, out.stderr
+    json.loads(out.stdout)
+
+
+def test_complete_timings_say_where_the_time_went(model, source):
+    out = redraft("complete", f"{source}:4:14", "--model", str(model), "--span", "6", "--timings")
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stderr.splitlines() if ln.startswith("redraft: timings: "))
+    laps = dict(part.rsplit(" ", 2)[:2] for part in line.removeprefix("redraft: timings: ").split(", "))
+    for name in ("start-up", "snapshot", "drafts", "import (thread)", "load (thread)", "waiting for the model",
+                 "engine", "total"):
+        assert float(laps[name]) >= 0, name
+    assert float(laps["total"]) >= float(laps["import (thread)"]) + float(laps["load (thread)"])
+    out = redraft("complete", f"{source}:4:14", "--model", str(model), "--span", "6", "--timings", "--json")
+    assert set(json.loads(out.stdout)["timings_ms"]) >= {"snapshot", "engine", "total"}
+
+
+def test_complete_reads_the_file_before_it_waits_for_a_model(source):
+    # A bad position is reported without loading anything (no model named here exists).
+    out = redraft("complete", f"{source}:9:1", "--model", "redraft-nonexistent")
+    assert out.returncode == 2 and "line 9 is outside" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_doctor_reports_this_machine():
+    import platform
+
+    import torch
+
+    from redraft.engine import DEFAULT_MODEL, Engine
+    from redraft.engine.checkpoint import resolve
+    from redraft.server.core.languages import supported, syntax_for
+    out = redraft("doctor")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.stdout.splitlines()}
+    assert list(lines) == ["python", "torch", "device", "model", "files", "grammars"]
+    assert lines["python"].startswith(platform.python_version() + " (")
+    gpu = torch.cuda.is_available()
+    build = (f"CUDA {torch.version.cuda} build" if torch.version.cuda
+             else "ROCm build" if getattr(torch.version, "hip", None) else "CPU build")
+    assert lines["torch"].startswith(f"{torch.__version__}, {build}, CUDA available: {'yes' if gpu else 'no'}")
+    device, dtype = lines["device"].split(", dtype ")
+    assert device == "cpu" and dtype.split()[0] in ("float32", "bfloat16") and "(auto)" in dtype
+    engine = Engine.load(DEFAULT_MODEL, device="cpu", dtype=dtype.split()[0])
+    params = engine.info().parameters
+    assert lines["model"].startswith(f"{DEFAULT_MODEL}: {params / 1e6:.1f}M parameters, {dtype.split()[0]} on cpu, "
+                                     "loads in ")
+    assert lines["files"].startswith(f"{resolve(DEFAULT_MODEL)}: ") and "model.safetensors (" in lines["files"]
+    loading = [n for n in supported() if syntax_for(n).grammar is not None]
+    assert loading and lines["grammars"].endswith(f": {', '.join(loading)} load")
+    assert out.stderr.strip().endswith("redraft: doctor: all good")
+
+
+def test_doctor_fails_clearly_when_the_model_does_not_load(tmp_path):
+    out = redraft("doctor", "--model", str(tmp_path))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert any(ln.startswith("model     FAILED: ") and "config.json" in ln for ln in out.stdout.splitlines())
+    assert "redraft: doctor: model FAILED" in out.stderr
+    assert out.stdout.splitlines()[-1].startswith("grammars ")  # the other checks still ran
+
+
+def test_eval_next_edit_on_two_releases(tmp_path):
+    """`--releases OLD NEW`: each hunk in turn as the user's edit; here the first class's
+    `(object)` dropped reaches the two other classes, as the new release has them."""
+    old = "".join(f"class C{i}(object):\n    pass\n\n\n" for i in range(3))
+    for version, text in (("1.0", old), ("2.0", old.replace("(object)", ""))):
+        (tmp_path / "pkg" / version).mkdir(parents=True)
+        (tmp_path / "pkg" / version / "shapes.py").write_text(text)
+    r = redraft("eval", "next-edit", "--releases", str(tmp_path / "pkg" / "1.0"), str(tmp_path / "pkg" / "2.0"),
+                "--no-model", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    overall = rep["overall"]
+    assert overall["scenarios"] == 3 and overall["fires"] == 1.0
+    assert overall["precision"] == 1.0 and overall["proposals"] == 6
+    bad = redraft("eval", "next-edit", "--releases", str(tmp_path / "nothing"))
+    assert bad.returncode == 2 and "not a folder" in bad.stderr

@@ -75,3 +75,25 @@ def test_serve_http_says_where_it_listens(tiny_model):
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_serve_http_defaults_to_its_own_port_not_ollamas(tiny_model):
+    from redraft.server.cli import _parser
+    from redraft.server.http import DEFAULT_PORT
+    assert DEFAULT_PORT == 7355 != 11434  # 11434 is Ollama's: the two run side by side
+    assert _parser().parse_args(["serve", "--http"]).http == DEFAULT_PORT
+    assert _parser().parse_args(["serve", "--http", "8080"]).http == 8080
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*SERVE, "--http", "--model", str(tiny_model)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        # Where the port is taken (another server on this machine) it says so, naming the same address.
+        assert f"127.0.0.1:{DEFAULT_PORT}" in line and "11434" not in line, line
+        if "answering at" in line:
+            assert httpx.get(f"http://127.0.0.1:{DEFAULT_PORT}/api/tags", timeout=30).json()["models"]
+        else:
+            assert "cannot listen" in line and proc.wait(timeout=30) == 2
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from redraft.engine import prompt
-from redraft.server.core import context, drafts, extra, nextedit
+from redraft.server.core import context, drafts, extra, nextedit, sites
 from redraft.server.core.context import Mode, Snapshot, build, find_drafts, statement_rows, take_snapshot
 from redraft.server.core.document import Document, split_lines, utf8_len, utf16_to_index
 from redraft.server.core.history import EditHistory
@@ -60,7 +60,7 @@ def test_a_fifty_thousand_token_replacement_is_skipped_without_diffing_it(counte
     before = list(d.lines)
     old_end = len(d.lines) - 1
     pasted = "".join(f"v{i} = f(a, b, c, d, e, g, h, {i}) + k(m, n) * p - q / r % s\n" for i in range(1500))
-    assert len(nextedit.TOKEN.findall(pasted)) >= 50_000
+    assert len(sites.TOKEN.findall(pasted)) >= 50_000
     d.apply([((0, 0, old_end, 0), pasted)], 2)
     with caplog.at_level(logging.INFO):
         assert nextedit.intent(before, d, 0, 1500) is None
@@ -91,7 +91,7 @@ def test_a_small_edit_in_a_large_region_is_still_found_from_its_lines_alone(coun
     counted["tokens"] = 0
     it = nextedit.intent(before, d, 0, len(d.lines) - 1)
     assert (it.kind, it.old, it.new, it.row) == ("replace", "+", "-", 1401)
-    assert counted["tokens"] <= 2 * len(nextedit.TOKEN.findall(d.lines[1401]))  # that line, both sides
+    assert counted["tokens"] <= 2 * len(sites.TOKEN.findall(d.lines[1401]))  # that line, both sides
 
 
 def test_a_small_edit_still_proposes_what_it_did_before():
@@ -117,7 +117,7 @@ def test_a_before_window_holds_only_the_rows_around_the_edit():
     assert nextedit.intent(far, d, 60_000, 60_000) is None
 
 
-def test_same_shape_sites_scan_only_rows_near_the_edit(monkeypatch):
+def test_same_shape_sites_scan_nearest_first_and_stop_when_enough_are_found(monkeypatch):
     d = doc("w = scale(x, 2.5)\n" * 20_000, "plaintext", "file:///big.txt")
     before = list(d.lines)
     row = 10_000
@@ -125,19 +125,56 @@ def test_same_shape_sites_scan_only_rows_near_the_edit(monkeypatch):
     scanned = []
     tokens = nextedit._tokens
     monkeypatch.setattr(nextedit, "_tokens", lambda t: scanned.append(t) or tokens(t))
+    monkeypatch.setattr(sites, "tokens", lambda t: scanned.append(t) or tokens(t))
     it = nextedit.intent(before, d, row, row)
     assert (it.old, it.new) == ("2.5", "3.5")
     scanned.clear()
     props = nextedit.proposals(it, d)
     assert [p.row for p in props] == [9999, 10001, 9998, 10002, 9997, 10003, 9996, 10004]
-    assert len(scanned) <= 2 * nextedit.SITE_ROWS + 3 + 2 * nextedit.MAX_PROPOSALS  # not 20,000 lines
+    # the edited line, the old text, the rows read (one past the last found), two per proposal
+    assert len(scanned) <= 3 + 3 * nextedit.MAX_PROPOSALS  # not 20,000 lines
+
+
+def test_a_far_line_of_the_same_shape_is_still_found_and_shape_checks_are_capped(monkeypatch):
+    filler = "pass\n" * 5000
+    d = doc("TIMEOUT = wait(3.5)\n" + filler + "RETRY = wait(3.5)\n", "plaintext", "file:///far.txt")
+    before = list(d.lines)
+    d.apply([((0, 15, 0, 18), "9.0")], 2)
+    props = nextedit.proposals(nextedit.intent(before, d, 0, 0), d)
+    assert [(p.row, p.proposed) for p in props] == [(5001, "RETRY = wait(9.0)")]
+    # 10,000 lines hold the old text but none has the edited line's shape: checks stop at the cap
+    d = doc("v = f(3.5)\n" + "3.5 if a else [b, c, d, e, f, g]\n" * 10_000, "plaintext", "file:///cap.txt")
+    before = list(d.lines)
+    d.apply([((0, 6, 0, 9), "4.5")], 2)
+    it = nextedit.intent(before, d, 0, 0)
+    calls, matcher = [], difflib.SequenceMatcher
+    monkeypatch.setattr(nextedit.difflib, "SequenceMatcher", lambda *a, **k: calls.append(1) or matcher(*a, **k))
+    assert nextedit.proposals(it, d) == []
+    assert len(calls) == sites.MAX_SHAPE_CHECKS
+
+
+def test_a_rename_whose_scope_reaches_past_the_rows_searched_is_not_offered(caplog):
+    text = "LIMIT = 10\n" + functions(sites.SITE_ROWS) + "print(LIMIT)\n"
+    d = doc(text)
+    before = list(d.lines)
+    d.apply([((0, 0, 0, 5), "MAXIMUM")], 2)
+    it = nextedit.intent(before, d, 0, 0)
+    assert (it.old, it.new) == ("LIMIT", "MAXIMUM")
+    with caplog.at_level(logging.INFO):
+        assert nextedit.proposals(it, d) == []  # the far use would be left behind: nothing
+    assert "rename" in caplog.text
+    near = doc("LIMIT = 10\n" + functions(10) + "print(LIMIT)\n")
+    before = list(near.lines)
+    near.apply([((0, 0, 0, 5), "MAXIMUM")], 2)
+    props = nextedit.proposals(nextedit.intent(before, near, 0, 0), near)
+    assert [(p.proposed, p.whole) for p in props] == [("print(MAXIMUM)", True)]
 
 
 def test_identifier_sites_walk_only_rows_near_the_edit():
     d = doc(functions(9_000))  # 18,000 lines, under MAX_PARSE_BYTES
     assert d.tree is not None
     row = 9_000
-    seen = sum(1 for _ in walk_rows(d.tree.root_node, row - nextedit.SITE_ROWS, row + nextedit.SITE_ROWS))
+    seen = sum(1 for _ in walk_rows(d.tree.root_node, row - sites.SITE_ROWS, row + sites.SITE_ROWS))
     total = sum(1 for _ in walk(d.tree.root_node))
     assert seen < total / 3
     inside = {(n.start_point, n.type) for n in walk(d.tree.root_node)

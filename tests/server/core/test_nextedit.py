@@ -57,6 +57,15 @@ def test_renaming_a_function_reaches_its_callers_anywhere():
     assert [p for p in props if p.row == 16][0].proposed == "    return surface(2.0) + surface(3.0) + surface()"
 
 
+def test_a_rename_is_offered_whole_with_every_use_however_many():
+    uses = "".join(f"    total += count * {i}\n" for i in range(12))
+    text = f"def tally(count):\n    total = 0\n{uses}    return total, count\n"
+    before, doc = edited(text, 0, "count", "n")
+    props = nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)
+    assert len(props) == 13 > nextedit.MAX_PROPOSALS and all(p.whole for p in props)
+    assert "count" not in "".join(p.proposed for p in props)
+
+
 def test_an_appended_parameter_reaches_the_calls():
     before, doc = edited(CODE, 3, "radius)", "radius, scale)")
     it = nextedit.intent(before, doc, 3, 3)
@@ -113,3 +122,137 @@ def test_edit_margin_keeps_an_edit_scoring_at_least_the_text_plus_the_margin():
     default = ServerConfig().edit_margin
     readme = Path(__file__).resolve().parents[3].joinpath("README.md").read_text(encoding="utf-8")
     assert default == -1.0 and "`editMargin` (default −1.0" in readme.replace("\n", " ")
+
+
+def test_a_rename_is_judged_as_one_change_all_uses_kept_or_none():
+    """The model judges a rename's nearest uses together: either every use is offered or none,
+    even where the same uses judged one by one would split."""
+    from redraft.engine import Engine
+    from redraft.server.core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, _window, judge_edits
+
+    engine = Engine.load()
+    body = ["    total = 0\n", "    for item in items:\n", "        total += item.price\n",
+            "    print(items)\n", "    log(items, total)\n", "    return total, len(items)\n"]
+    text = "def bill(items):\n" + "".join(body)
+    before, doc = edited(text, 0, "items", "rows")
+    props = nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)
+    assert len(props) == 4 and all(p.whole for p in props)
+    lines = tuple(doc.lines)
+
+    def gain(p):
+        prefix = _window("".join(lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
+        suffix = _window("".join(lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
+        as_is, edited_ = engine.score(prefix, "\n" + suffix, [p.original, p.proposed])
+        return edited_ - as_is
+
+    gains = [gain(p) for p in props]
+    mean = sum(gains) / len(gains)
+    assert min(gains) < mean - 0.01  # one by one, a margin at the mean would drop some uses
+    assert judge_edits(engine, lines, props, [], mean - 0.005) == props
+    assert judge_edits(engine, lines, props, [], mean + 0.005) == []
+
+
+# -- change propagation: the same token-level change where it recurs --------------------------
+
+def propose(text: str, row: int, old: str, new: str, occurrence: int = 0) -> list[tuple[int, str]]:
+    before, doc = edited(text, row, old, new, occurrence=occurrence)
+    it = nextedit.intent(before, doc, row, row)
+    return [(p.row, p.proposed) for p in nextedit.proposals(it, doc)] if it is not None else []
+
+
+def test_a_deletion_recurs_in_the_same_kind_of_node_only():
+    text = ('class A(object):\n    pass\n\n\n'
+            'class B(object):\n    """Like class C(object): but not."""\n\n\n'
+            'def f(object):\n    return isinstance(object, (object))\n\n\n'
+            '# class D(object): a comment\n'
+            'class E (object):\n    pass\n')
+    assert propose(text, 0, "(object)", "") == [(4, "class B:"), (13, "class E:")]
+
+
+def test_an_insertion_goes_between_the_same_neighbours_in_the_same_kind_of_node():
+    text = ("def a(timeout, retries):\n    pass\n\n\n"
+            "def b(timeout):\n    call(timeout)\n    s = 'f(timeout)'\n\n\n"
+            "def c(delay, timeout=3):\n    pass\n")
+    assert propose(text, 0, "timeout", "timeout: float") == [(4, "def b(timeout: float):")]
+
+
+def test_a_substitution_of_a_token_run_recurs_between_matching_neighbours():
+    text = ("x = run(cmd, shell=True)\n"
+            "y = run(other, shell=True)\n"
+            "z = run(cmd, shell=True, check=True)\n"
+            "flags = dict(shell=True)\n"
+            "msg = 'run(cmd, shell=True)'\n")
+    # ", shell=True" dropped: the other calls follow, before ")" or ","; the keyword that is
+    # a dict's, first in its list (a different left neighbour), and the string do not
+    assert propose(text, 0, ", shell=True", "") == [(1, "y = run(other)"), (2, "z = run(cmd, check=True)")]
+
+
+def test_a_change_with_more_places_than_the_limit_comes_whole():
+    classes = "".join(f"class C{i}(object):\n    pass\n\n\n" for i in range(12))
+    before, doc = edited(classes, 0, "(object)", "")
+    props = nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)
+    assert len(props) == 11 > nextedit.MAX_PROPOSALS and all(p.whole for p in props)
+    assert all(p.proposed == f"class C{i}:" for i, p in enumerate(props, start=1))
+    few = "".join(f"class C{i}(object):\n    pass\n\n\n" for i in range(3))
+    before, doc = edited(few, 0, "(object)", "")
+    assert [p.whole for p in nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)] == [False, False]
+
+
+def test_a_name_the_function_only_uses_is_renamed_in_the_whole_file_but_not_in_its_import():
+    text = ("from typing import List\n\n\n"
+            "def a(xs: List[int]) -> List[int]:\n    return xs\n\n\n"
+            "def b(ys: List[str]):\n    return ys\n")
+    # one `List` of row 3 becomes `list`: the uses on other rows anywhere follow (the same
+    # row is the user's), the import stays
+    before, doc = edited(text, 3, "List", "list")
+    props = nextedit.proposals(nextedit.intent(before, doc, 3, 3), doc)
+    assert [(p.row, p.proposed) for p in props] == [(7, "def b(ys: list[str]):")]
+    assert all(p.whole for p in props)
+
+
+def test_undoing_the_previous_edit_proposes_nothing():
+    """A rename at the signature, its use renamed (a separate event), then that undone: the
+    undo would otherwise read as a rename of `r` back to `radius` and propose the signature."""
+    from redraft.server.core.history import EditHistory
+
+    doc = Document("file:///u.py", "def area(radius):\n    return radius\n", 1, "python", syntax_for("python"))
+    history = EditHistory()
+    for at, (rng, text) in enumerate([((0, 9, 0, 15), "r"), ((1, 11, 1, 17), "r")]):
+        for change in doc.apply([(rng, text)], at + 2):
+            history.record(change, 10.0 * at)
+    assert doc.lines[:2] == ["def area(r):\n", "    return r\n"]
+    accepted = list(doc.lines)
+    for change in doc.apply([((1, 11, 1, 12), "radius")], 4):
+        history.record(change, 30.0)  # the undo, an event of its own
+    events = history.recent()
+    assert len(events) == 3
+    assert nextedit.candidates(accepted, doc, events[-1], events[-2]) == []
+    assert [p.proposed for p in nextedit.candidates(accepted, doc, events[-1])] == ["def area(radius):"]
+
+
+def test_an_insertion_needs_the_same_token_after_it_and_is_not_made_twice():
+    text = ("parser = OptionParser(usage)\n"
+            "other = OptionParser()\n"
+            "names = sorted(usage)\n"
+            "again = optparse.OptionParser()\n")
+    assert propose(text, 0, "OptionParser", "optparse.OptionParser") == [(1, "other = optparse.OptionParser()")]
+    calls = ("sign(max_age)\n"
+             "sign(max_age)\n"
+             "sign(max_age=max_age)\n")
+    assert propose(calls, 0, "max_age", "max_age=max_age") == [(1, "sign(max_age=max_age)")]
+
+
+def test_a_module_name_replaced_by_a_dotted_one_follows_its_uses_not_its_import():
+    text = ("import urlparse\n\n\n"
+            "def split(url):\n    parts = urlparse.urlsplit(url)\n    return parts\n\n\n"
+            "def join(base, url):\n    return urlparse.urljoin(base, url)\n")
+    assert propose(text, 4, "urlparse", "urllib.parse") == [(9, "    return urllib.parse.urljoin(base, url)")]
+
+
+def test_a_name_bound_again_is_renamed_from_there_on_only():
+    text = ("def canonical(version):\n"
+            "    if not isinstance(version, Version):\n"
+            "        version = Version(version)\n"
+            "    parts = [version.epoch]\n"
+            "    return version\n")
+    assert propose(text, 2, "version", "parsed") == [(3, "    parts = [parsed.epoch]"), (4, "    return parsed")]

@@ -173,10 +173,36 @@ def test_edit_completions_rewrite_the_region_or_say_none(servers):
     assert out["object"] == "chat.completion"
     message = out["choices"][0]["message"]
     assert message["role"] == "assistant"
-    assert message["content"] == "None" or message["content"].rstrip() != region.rstrip()
+    assert message["content"] is None or message["content"].rstrip() != region.rstrip()
     events = sse(httpx.post(f"{servers[0]}/v1/edit/completions", json={**body, "diffusing": True}, timeout=60).text)
     assert events[-1] == "[DONE]" and events[-2]["object"] == "chat.completion.chunk"
     assert events[-2]["choices"][0]["delta"]["content"] == message["content"]
+
+
+@pytest.mark.parametrize("fill, content", [(None, None), (templates.parse_edit(MERCURY).region, None),
+                                           ("None", "None\n")])
+def test_no_edit_is_json_null_and_the_text_none_stays_a_string(servers, inference, fill, content):
+    """"No edit" (the model abstains, or re-fills the region as it is) is null in every shape
+    the route answers in; a region rewritten to the text `None` is that string."""
+    engine = inference.engine
+    infill = engine.infill
+
+    def fixed(*args, **kwargs):
+        out = infill(*args, **kwargs)
+        return replace(out, text="", abstained=True) if fill is None else replace(out, text=fill)
+    engine.infill = fixed
+    try:
+        body = {"model": "redraft", "messages": [{"role": "user", "content": MERCURY}]}
+        r = httpx.post(f"{servers[0]}/v1/edit/completions", json=body, timeout=60)
+        assert '"content":null' in r.text.replace(" ", "") if content is None else '"content":"None\\n"' in r.text
+        assert r.json()["choices"][0]["message"]["content"] == content
+        for mode in ({"stream": True}, {"diffusing": True}):
+            events = sse(httpx.post(f"{servers[0]}/v1/edit/completions", json={**body, **mode}, timeout=60).text)
+            deltas = [e["choices"][0]["delta"] for e in events[:-1]]
+            assert [d["content"] for d in deltas if "content" in d][-1] == content
+            assert events[-2]["choices"][0]["finish_reason"] == "stop"
+    finally:
+        del engine.infill
 
 
 def test_eight_concurrent_requests_are_all_answered(servers):

@@ -87,3 +87,15 @@ async def stats(client: LanguageClient) -> dict:
 async def document(client: LanguageClient, uri: str) -> dict:
     """The server's copy of a document ({} when it is not open)."""
     return plain(await client.protocol.send_request_async("redraft/document", {"uri": uri})) or {}
+
+
+async def until_loaded(client: LanguageClient, timeout: float = 60.0) -> dict:
+    """Stats once the server's model load has settled (ready or failed): until then the server
+    answers from drafts, which tests of the model's answers must wait out."""
+    s = await stats(client)
+    for _ in range(int(timeout / 0.05)):
+        if s.get("model_state") != "loading":
+            break
+        await asyncio.sleep(0.05)
+        s = await stats(client)
+    return s

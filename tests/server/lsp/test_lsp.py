@@ -10,7 +10,7 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
-from lsp_helpers import SERVER, complete, completion_params, edit, init_params, open_doc, stats
+from lsp_helpers import SERVER, complete, completion_params, edit, init_params, open_doc, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -18,6 +18,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient, tiny_model):
     lsp_client.init_result = await lsp_client.initialize_session(init_params(tiny_model))
+    await until_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
 

@@ -11,7 +11,7 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
-from lsp_helpers import SERVER, complete, document, edit, init_params, open_doc, send_raw, stats
+from lsp_helpers import SERVER, complete, document, edit, init_params, open_doc, send_raw, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient, tiny_model):
     await lsp_client.initialize_session(init_params(tiny_model))
+    await until_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
 
@@ -157,6 +158,7 @@ async def test_client_that_never_sends_initialized(tiny_model):
         params = init_params(tiny_model)
         other.capabilities = params.capabilities  # what initialize_session would record
         await other.initialize_async(params)  # no `initialized` notification follows
+        await until_loaded(other)
         uri = "file:///work/uninitialized.py"
         open_doc(other, uri, "w = \n")
         await complete(other, uri, 0, 4)

@@ -14,7 +14,7 @@ from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 from safetensors.torch import load_file, save_file
 
-from lsp_helpers import SERVER, complete, init_params, open_doc, stats
+from lsp_helpers import SERVER, complete, init_params, open_doc, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -91,6 +91,7 @@ async def _messages_after(client: LanguageClient, start: int, want: int = 1, tim
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient, tiny_model):
     await lsp_client.initialize_session(init_params(tiny_model))
+    await until_loaded(lsp_client)
     await _complete_new(lsp_client, "first")  # the model has loaded
     assert (await stats(lsp_client))["model"] == "redraft"
     yield
@@ -124,6 +125,7 @@ async def test_a_broken_checkpoint_keeps_the_model_and_says_so_once(client: Lang
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def no_model(lsp_client: LanguageClient, broken):
     await lsp_client.initialize_session(init_params(broken["nan-weight"]))
+    await until_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
 

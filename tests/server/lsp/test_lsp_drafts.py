@@ -14,7 +14,7 @@ import pytest_lsp
 from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 
-from lsp_helpers import CAPABILITIES, SERVER, complete, edit, open_doc, stats
+from lsp_helpers import CAPABILITIES, SERVER, complete, edit, open_doc, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -39,6 +39,7 @@ async def client(lsp_client: LanguageClient):
     caps = attrs.evolve(CAPABILITIES, window=T.WindowClientCapabilities(work_done_progress=True))
     lsp_client.init_result = await lsp_client.initialize_session(T.InitializeParams(
         capabilities=caps, initialization_options={"streamPreviews": True}))
+    await until_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from pytest_lsp import LanguageClient
 
 from fuzz_ops import URIS, Driver, programs
-from lsp_helpers import SERVER, init_params, stats
+from lsp_helpers import SERVER, init_params, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 async def client(lsp_client: LanguageClient, tiny_model):
     # next edits on: the debounced computation runs after edits, as in an editor
     await lsp_client.initialize_session(init_params(tiny_model, nextEdit=True))
+    await until_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
 

@@ -11,7 +11,7 @@ import pytest_lsp
 from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 
-from lsp_helpers import SERVER, completion_params, document, edit, init_params, open_doc, stats
+from lsp_helpers import SERVER, completion_params, document, edit, init_params, open_doc, stats, until_loaded
 from redraft.server.core import drafts, nextedit
 from redraft.server.core.inference import Inference
 from redraft.server.core.settings import ServerConfig
@@ -39,6 +39,7 @@ def python_lines(size: int) -> str:
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient, tiny_model):
     await lsp_client.initialize_session(init_params(tiny_model))
+    await until_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
 

@@ -7,7 +7,7 @@ import pytest_lsp
 from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 
-from lsp_helpers import CAPABILITIES, SERVER, edit, open_doc, stats
+from lsp_helpers import CAPABILITIES, SERVER, edit, open_doc, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -29,6 +29,7 @@ def describe(shape):
 async def client(lsp_client: LanguageClient):
     await lsp_client.initialize_session(T.InitializeParams(
         capabilities=CAPABILITIES, initialization_options={"nextEdit": False}))  # requests only
+    await until_loaded(lsp_client)  # edits judged by the model, as a user gets them
     yield
     await lsp_client.shutdown_session()
 
@@ -94,3 +95,33 @@ async def test_unknown_documents_and_bad_params_get_nothing(client: LanguageClie
     uri = "file:///work/shapes2.py"
     rename_at_definition(client, uri)
     assert await inline_edits(client, uri, 2, 999, 999) != []  # the position only orders; edits still valid
+
+
+CLASSES = "".join(f"class Shape{i}(object):\n    sides = {i}\n\n\n" for i in range(3))
+
+
+async def test_a_deleted_base_class_is_proposed_for_the_other_classes(client: LanguageClient):
+    uri = "file:///work/classes.py"
+    open_doc(client, uri, CLASSES)
+    col = CLASSES.index("(object)")
+    edit(client, uri, 2, 0, col, "", end=(0, col + len("(object)")))
+    edits = await inline_edits(client, uri, 2, 0, col)
+    assert sorted((e.range.start.line, e.range.start.character, e.range.end.character, e.text) for e in edits) == [
+        (4, 12, 20, ""), (8, 12, 20, "")]
+
+
+async def test_undoing_an_edit_proposes_nothing(client: LanguageClient):
+    """The signature renamed, then a use (a second event), then that use put back (a third):
+    read alone the undo is a rename of `r` to `radius`, which would propose the signature."""
+    import asyncio
+
+    uri = "file:///work/undo.py"
+    open_doc(client, uri, "def area(radius):\n    return radius\n")
+    edit(client, uri, 2, 0, 9, "r", end=(0, 15))
+    await asyncio.sleep(1.2)  # past the history's merge window: events of their own
+    edit(client, uri, 3, 1, 11, "r", end=(1, 17))
+    await asyncio.sleep(1.2)
+    edit(client, uri, 4, 1, 11, "radius", end=(1, 12))
+    assert await inline_edits(client, uri, 4, 1, 17) == []
+    document = await client.protocol.send_request_async("redraft/document", {"uri": uri})
+    assert document.text == "def area(r):\n    return radius\n" and document.version == 4

@@ -12,7 +12,7 @@ import pytest_lsp
 from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 
-from lsp_helpers import SERVER, completion_params, edit, init_params, open_doc, plain, stats
+from lsp_helpers import SERVER, completion_params, edit, init_params, open_doc, plain, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -22,6 +22,7 @@ KEYSTROKES = 1000
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient, tiny_model):
     await lsp_client.initialize_session(init_params(tiny_model, drafts="off"))
+    await until_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
 

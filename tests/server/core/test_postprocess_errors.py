@@ -1,0 +1,146 @@
+"""Post-processing rejects a completion that adds a parse error, also where the user's
+unfinished line already breaks the parse (an unclosed "(" is one large tree-sitter error that
+a wrong completion may trade for another) and where tree-sitter-python accepts invalid code.
+Through `inference.answer`, the pipeline the LSP, the HTTP API and `redraft complete` share,
+with real grammars: drafts from the buffer, and a tiny model whose text is set."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from redraft.server.core import inference, postprocess
+from redraft.server.core.context import Draft, Mode, build, own_drafts, text_snapshot
+from redraft.server.core.settings import ServerConfig
+
+DRAFTS_ONLY = ServerConfig(drafts="only")
+
+# As in textwrap.TextWrapper._wrap_chunks: the line the buffer draft continues.
+WRAPPER = '''class Wrapper:
+    def wrap(self, chunks):
+        lines = []
+        if self.max_lines is not None:
+            if self.max_lines > 1:
+                indent = self.subsequent_indent
+            else:
+                indent = self.initial_indent
+            if len(indent) + len(self.placeholder.lstrip()) > self.width:
+                raise ValueError("placeholder too large for max width")
+        chunks.reverse()
+        while chunks:
+            cur_line = []
+{typed}
+{after}
+        return lines
+'''
+
+
+def shown(typed: str, after: str = "            chunks.pop()") -> tuple[list[str], postprocess.Edit | None]:
+    """The buffer's drafts at the end of `typed` and what the server shows there."""
+    text = WRAPPER.format(typed=typed, after=after)
+    cursor = text.index(typed) + len(typed)
+    snap, doc = text_snapshot("file:///wrap.py", text, cursor, DRAFTS_ONLY, path="wrap.py")
+    snap = own_drafts(snap, doc, DRAFTS_ONLY)
+    return [d.text for d in snap.drafts], inference.answer(None, snap).edit
+
+
+def with_draft(text: str, cursor: int, draft: str) -> postprocess.Edit | None:
+    snap, _ = text_snapshot("file:///t.py", text, cursor, DRAFTS_ONLY, path="t.py")
+    assert snap.mode is not Mode.NONE
+    return inference.answer(None, replace(snap, drafts=(Draft(draft, "buffer"),))).edit
+
+
+COPIED = "nt) + len(self.placeholder.lstrip()) > self.width:"
+
+
+@pytest.mark.parametrize("typed", ["            n = len(inde", "            return len(inde",
+                                   "            len(inde", "            total += len(inde"])
+def test_a_copied_if_condition_is_not_shown_where_its_colon_is_invalid(typed):
+    # The draft from the `if` line above makes this line end in ":" where no block can open.
+    # Tree-sitter alone counted as many errors with it as with the unclosed "len(" it replaced.
+    drafts, edit = shown(typed)
+    assert drafts == [COPIED]  # the buffer's only draft, shown until now
+    assert edit is None
+
+
+def test_the_same_text_is_shown_on_an_if_line():
+    text = WRAPPER.format(typed="            if len(inde", after="                chunks.pop()")
+    assert with_draft(text, text.rindex("if len(inde") + 11, COPIED) == postprocess.Edit(COPIED, 0)
+
+
+@pytest.mark.parametrize("typed, draft", [
+    ("x = len(inde", "nt) > limit:"),  # an assignment ending in ":"
+    ("x = len(inde", "nt))"),  # a bracket more than it opens
+    ("x = foo(len(inde", "nt) > limit:"),  # ":" inside an open call
+    ("x = ", "foo:"),  # tree-sitter-python reads `x = foo:` + the next line as an annotation
+    ("    return len(inde", "nt) else:"),
+])
+def test_no_completion_that_adds_a_syntax_error_is_shown(typed, draft):
+    text = f"def f(indent, limit):\n{typed}\n    y = 2\n    return y\n"
+    if not typed.startswith(" "):
+        text = f"import os\n{typed}\ny = 2\nprint(y)\n"
+    assert with_draft(text, text.index(typed) + len(typed), draft) is None
+
+
+@pytest.mark.parametrize("typed, draft", [
+    ("x = len(inde", "nt) + 1"),  # finishes the line
+    ("x = foo(len(inde", "nt), b"),  # leaves a bracket open: unfinished, not wrong
+    ("if len(inde", "nt) > limit:"),  # a header: its body is the user's next line
+    ("x = [i for i in", " range(3)"),
+])
+def test_valid_or_merely_unfinished_completions_are_shown(typed, draft):
+    text = f"import os\n{typed}\ny = 2\nprint(y)\n"
+    edit = with_draft(text, text.index(typed) + len(typed), draft)
+    assert edit is not None and edit.text == draft
+
+
+def test_a_continuation_line_of_a_signature_is_judged_with_its_statement():
+    # The cursor line alone (`_b=B, _m=M.match):`) would read as an unmatched ")".
+    text = "import re\n\ndef scan(s, end, strict=True,\n        _b=1, _m\n    return s\n"
+    cursor = text.index("_m") + 2
+    edit = with_draft(text, cursor, "=re.match):")
+    assert edit is not None and edit.text == "=re.match):"
+
+
+def test_an_error_elsewhere_in_the_window_is_not_blamed_on_the_completion():
+    text = "def f(:\n    pass\n\nx = len(inde\ny = 2\n"
+    edit = with_draft(text, text.index("inde") + 4, "nt) + 1")
+    assert edit is not None and edit.text == "nt) + 1"
+
+
+def test_a_window_that_starts_inside_a_docstring_is_read_from_the_next_statement():
+    config = ServerConfig(drafts="only", context_tokens=64)  # the prefix window starts inside the docstring
+    text = ('def f(indent, limit):\n    """Wrap the text.\n\n'
+            + "".join(f"    Line {i} of the docstring, which says what the function does.\n" for i in range(12))
+            + '    """\n    width = limit\n    n = len(inde\n    return n\n')
+    snap, _ = text_snapshot("file:///t.py", text, text.index("len(inde") + 8, config, path="t.py")
+    assert build(snap, lambda s: len(s) // 3 + 1).prefix.startswith("    Line ")
+    for draft, shown_text in (("nt) > limit:", None), ("nt) + 1", "nt) + 1")):
+        edit = inference.answer(None, replace(snap, drafts=(Draft(draft, "buffer"),))).edit
+        assert (edit and edit.text) == shown_text
+
+
+def test_other_languages_keep_the_tree_sitter_count():
+    text = "function f(a) {\n  const x = g(a\n}\n"
+    snap, _ = text_snapshot("file:///t.js", text, text.index("g(a") + 3, DRAFTS_ONLY, path="t.js")
+    ctx = build(snap, lambda s: len(s) // 3 + 1)
+    assert postprocess.finish(snap, ctx, ");") == postprocess.Edit(");", 0)
+    text = "function f(a) {\n  const x = g(a);\n}\n"
+    snap, _ = text_snapshot("file:///t.js", text, text.index(";") + 1, DRAFTS_ONLY, path="t.js")
+    assert postprocess.finish(snap, build(snap, lambda s: len(s) // 3 + 1), " }}") is None
+
+
+def test_the_models_text_is_checked_the_same_way(tiny_model):
+    # The engine's answer goes through the same post-processing as a draft (run_engine).
+    from redraft.engine import Engine
+    engine = Engine.load(str(tiny_model), device="cpu", dtype="float32")
+    infill = engine.infill
+    text = WRAPPER.format(typed="            n = len(inde", after="            chunks.pop()")
+    snap, _ = text_snapshot("file:///wrap.py", text, text.rindex("len(inde") + 8, ServerConfig(drafts="off"),
+                            path="wrap.py")
+    for wrote, shown_text in ((COPIED, None), ("nt)", "nt)")):
+        engine.infill = lambda *a, wrote=wrote, **k: replace(infill(*a, **k), text=wrote, abstained=False)
+        answer = inference.answer(engine, snap)
+        assert answer.ran_model and answer.raw == wrote
+        assert (answer.edit and answer.edit.text) == shown_text

@@ -94,6 +94,7 @@ async def soak(args) -> dict:
     return {"requests": n, "minutes": round((time.perf_counter() - t0) / 60, 1), "interval_ms": args.interval_ms,
             "rss_growth_after_warm_up_mb": growth(series, WARM_UP),
             "rss_growth_last_10000_mb": growth(series, n - 10_000) if n > 10_000 + WARM_UP else None,
+            "rss_peak_per_document_mb": peaks(series),
             "rss_mb_first": series[0]["rss_mb"] if series else None,
             "rss_mb_last": series[-1]["rss_mb"] if series else None, "errors": stats["errors"],
             "peak_in_flight": stats["peak_in_flight"], "model": stats["model"], "series": series}
@@ -105,6 +106,18 @@ def growth(series: list[dict], after: int) -> float | None:
     document cycles raise its high-water mark)."""
     past = [s for s in series if s["requests"] > after]
     return round(past[-1]["rss_mb"] - past[0]["rss_mb"], 1) if len(past) > 1 else None
+
+
+def peaks(series: list[dict]) -> list[float]:
+    """The highest resident size while each document was typed (DOC_REQUESTS requests each).
+    Memory follows the open document (its contexts, tree and index grow as it is typed, and
+    go when it closes), so a leak shows as peaks that keep rising from document to document,
+    while end-to-end differences also depend on where in a document the run stopped."""
+    out: dict[int, float] = {}
+    for s in series:
+        k = (s["requests"] - 1) // DOC_REQUESTS
+        out[k] = max(out.get(k, 0.0), s["rss_mb"])
+    return [out[k] for k in sorted(out)]
 
 
 def plot(rep: dict, path: Path) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import codeop
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -191,6 +192,11 @@ def adds_errors(snap: Snapshot, ctx: Context, text: str, replace: int) -> bool:
 
 # Parse only (no bytecode, so no constant folding); unfinished input raises "incomplete input".
 _PARSE_FLAGS = ast.PyCF_ONLY_AST | codeop.PyCF_DONT_IMPLY_DEDENT | codeop.PyCF_ALLOW_INCOMPLETE_INPUT
+# Invalid escapes and the like warn while parsing; they are no syntax errors. A filter set once
+# for this source name (warnings.catch_warnings would swap the process's filters under other
+# threads' feet: the checks run on the engine's thread).
+_SOURCE_NAME = "<redraft-completion>"
+warnings.filterwarnings("ignore", module=re.escape(_SOURCE_NAME))
 
 
 def _breaks_python(snap: Snapshot, ctx: Context, text: str, replace: int, tree: tree_sitter.Tree) -> bool:
@@ -250,9 +256,7 @@ def _python_error(source: str, open_string: bool = False) -> tuple[int, int] | N
     unfinished (an open bracket, a block header awaiting its body, a trailing operator; with
     `open_string`, a string left open on the last line, as a completion cut short leaves one)."""
     try:
-        with warnings.catch_warnings():  # invalid escapes and the like warn; they are no syntax errors
-            warnings.simplefilter("ignore")
-            compile(source, "<completion>", "exec", _PARSE_FLAGS)
+        compile(source, _SOURCE_NAME, "exec", _PARSE_FLAGS)
     except SyntaxError as e:
         lines = source.split("\n")
         line, col = e.lineno or len(lines), e.offset or 0

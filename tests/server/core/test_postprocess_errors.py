@@ -144,3 +144,19 @@ def test_the_models_text_is_checked_the_same_way(tiny_model):
         answer = inference.answer(engine, snap)
         assert answer.ran_model and answer.raw == wrote
         assert (answer.edit and answer.edit.text) == shown_text
+
+
+def test_the_parse_check_neither_warns_nor_changes_the_process_warning_filters():
+    """Invalid escapes warn while CPython parses; the check ignores them for its own source
+    name only, without swapping the process's filters (other threads run meanwhile)."""
+    import warnings
+
+    from redraft.server.core import postprocess
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning would raise here
+        warnings.filterwarnings("ignore", module="<redraft-completion>")  # as the module sets it once
+        before = list(warnings.filters)
+        assert postprocess._python_error('path = "C:\\d"\n') is None
+        assert postprocess._python_error("x = y:\nz = 1\n") == (1, 6)
+        assert warnings.filters == before

@@ -215,9 +215,10 @@ def follows_as_change(it: Intent) -> bool:
 
 def proposals(intent: Intent, doc: Document, limit: int = MAX_PROPOSALS) -> list[LineEdit]:
     """Candidate edits, nearest first. A rename comes whole (every use in its scope) or not at
-    all; another change with more than `limit` places comes whole too, within MAX_CHANGE_ROWS;
-    literals give the `limit` nearest same-shape lines. Whole sets are marked `whole`."""
-    whole, cap = False, MAX_CHANGE_ROWS
+    all; so does any other change with more than `limit` places (an appended parameter's
+    calls too), within MAX_CHANGE_ROWS; a changed literal gives its `limit` nearest same-shape
+    lines (a partial set of those breaks nothing). Whole sets are marked `whole`."""
+    whole, cap, nearest = False, MAX_CHANGE_ROWS, False
     if intent.kind == "append_param":
         found = call_sites(intent, doc)
     elif is_rename(intent) and doc.tree is not None:
@@ -225,15 +226,15 @@ def proposals(intent: Intent, doc: Document, limit: int = MAX_PROPOSALS) -> list
     elif follows_as_change(intent):
         found = change_sites(intent, doc)
     else:
-        found = same_shape_sites(intent, doc, limit)
+        found, nearest = same_shape_sites(intent, doc, limit), True
     by_row: dict[int, list[tuple[int, int, str]]] = {}
     for row, start, end, text in found:
         if not intent.first_row <= row <= intent.last_row:  # never what the user just typed
             by_row.setdefault(row, []).append((start, end, text))
-    if len(by_row) > cap:
+    if len(by_row) > cap and not nearest:
         doc.note_limit("change", f"a change with over {cap} lines to follow: not offered")
         return []
-    whole = whole or (intent.kind == "replace" and len(by_row) > limit and not LITERAL.match(intent.old))
+    whole = whole or (len(by_row) > limit and not nearest)
     out = []
     for row in sorted(by_row, key=lambda r: (abs(r - intent.row), r))[:None if whole else limit]:
         original = body(doc.lines[row])

@@ -101,22 +101,30 @@ def test_braces_language_rename():
     assert [p.proposed for p in props] == ["  const out = v * factor;", "  return out + v;"]
 
 
+def score_gain(engine, lines, p) -> float:
+    """The model's mean log-prob of the proposed line minus the line as it is, between the
+    windows the server uses for judging (written out here, so the windows are pinned too)."""
+    from redraft.server.core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, _window
+
+    prefix = _window("".join(lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
+    suffix = _window("".join(lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
+    as_is, proposed = engine.score(prefix, "\n" + suffix, [p.original, p.proposed])
+    return proposed - as_is
+
+
 def test_edit_margin_keeps_an_edit_scoring_at_least_the_text_plus_the_margin():
     """`editMargin`'s meaning, as the README and settings state it: an edit is kept when its
     mean log-prob is >= the text's as it is + the margin; raising the margin is stricter."""
     from pathlib import Path
 
     from redraft.engine import Engine
-    from redraft.server.core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, _window, judge_edits
+    from redraft.server.core.inference import judge_edits
     from redraft.server.core.settings import ServerConfig
 
     engine = Engine.load()
     lines = ("def total(prices):\n", "    return sum(prices)\n", "\n", "print(total([1, 2]))\n")
     p = nextedit.LineEdit(3, 6, 11, "totals", lines[3].rstrip("\n"), "print(totals([1, 2]))")
-    prefix = _window("".join(lines[:3]), EDIT_PREFIX_CHARS, from_end=True)
-    suffix = _window("".join(lines[4:]), EDIT_SUFFIX_CHARS, from_end=False)
-    as_is, edited = engine.score(prefix, "\n" + suffix, [p.original, p.proposed])
-    gap = edited - as_is
+    gap = score_gain(engine, lines, p)
     assert judge_edits(engine, lines, [p], [], gap - 0.01) == [p]
     assert judge_edits(engine, lines, [p], [], gap + 0.01) == []
     default = ServerConfig().edit_margin
@@ -128,7 +136,7 @@ def test_a_rename_is_judged_as_one_change_all_uses_kept_or_none():
     """The model judges a rename's nearest uses together: either every use is offered or none,
     even where the same uses judged one by one would split."""
     from redraft.engine import Engine
-    from redraft.server.core.inference import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, _window, judge_edits
+    from redraft.server.core.inference import judge_edits
 
     engine = Engine.load()
     body = ["    total = 0\n", "    for item in items:\n", "        total += item.price\n",
@@ -138,14 +146,7 @@ def test_a_rename_is_judged_as_one_change_all_uses_kept_or_none():
     props = nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)
     assert len(props) == 4 and all(p.whole for p in props)
     lines = tuple(doc.lines)
-
-    def gain(p):
-        prefix = _window("".join(lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
-        suffix = _window("".join(lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
-        as_is, edited_ = engine.score(prefix, "\n" + suffix, [p.original, p.proposed])
-        return edited_ - as_is
-
-    gains = [gain(p) for p in props]
+    gains = [score_gain(engine, lines, p) for p in props]
     mean = sum(gains) / len(gains)
     assert min(gains) < mean - 0.01  # one by one, a margin at the mean would drop some uses
     assert judge_edits(engine, lines, props, [], mean - 0.005) == props
@@ -256,3 +257,11 @@ def test_a_name_bound_again_is_renamed_from_there_on_only():
             "    parts = [version.epoch]\n"
             "    return version\n")
     assert propose(text, 2, "version", "parsed") == [(3, "    parts = [parsed.epoch]"), (4, "    return parsed")]
+
+
+def test_a_parameter_appended_with_more_calls_than_the_limit_reaches_them_all():
+    calls = "".join(f"total{i} = area({i}.0)\n" for i in range(12))
+    before, doc = edited("def area(radius):\n    return radius\n\n\n" + calls, 0, "radius)", "radius, scale)")
+    props = nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)
+    assert len(props) == 12 > nextedit.MAX_PROPOSALS and all(p.whole for p in props)
+    assert all(p.proposed.endswith(".0, scale)") for p in props)

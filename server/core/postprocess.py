@@ -187,7 +187,10 @@ def adds_errors(snap: Snapshot, ctx: Context, text: str, replace: int) -> bool:
     tree = parser.parse(after)
     if count_errors(tree) > count_errors(parser.parse(before)):
         return True
-    return snap.syntax.name == "python" and _breaks_python(snap, ctx, text, replace, tree)
+    # CPython's reading only finishing a line already started (`if len(inde` + completion): on a
+    # fresh line it rejected right next lines and blocks (held-out next_line exact 0.07 -> 0.04)
+    started = ctx.prefix.rsplit("\n", 1)[-1].strip() != ""
+    return snap.syntax.name == "python" and started and _breaks_python(snap, ctx, text, replace, tree)
 
 
 # Parse only (no bytecode, so no constant folding); unfinished input raises "incomplete input".

@@ -3,7 +3,8 @@
 Context is right-padded to the longest row (padding keys are masked out); the active block
 follows it at [C, C + A). When every row has the same context (one request, span lengths
 that do not move the suffix) it is encoded once and, for causally-attending contexts,
-the part an earlier request already encoded is reused.
+the part an earlier request already encoded is reused. Rows of several requests are encoded
+per request (`encode_contexts`), each from its own request's cache.
 """
 
 from __future__ import annotations
@@ -110,6 +111,37 @@ def encode_context(model: DiffusionLM, batch: Batch, reuse: ContextCache | None,
         # One context for several candidate rows: copy it out so each row owns its span slot
         # (and the reusable cache is not overwritten by other rows).
         kv = _expand(kv, batch.B, capacity)
+    return kv, reused
+
+
+def encode_contexts(model: DiffusionLM, batch: Batch, owners: list[int], reuses: dict[int, ContextCache],
+                    extra: int) -> tuple[KVCache, dict[int, int]]:
+    """Several requests' contexts (e.g. different documents batched together), each encoded on
+    its own from its request's ContextCache where it has one, into one B-row cache with room
+    for `extra` more positions. Rows keep their context at [0, len) and the padding after it is
+    masked by `ctx_valid`, so a row attends to exactly what it would alone.
+
+    Returns the cache and, per request with a ContextCache, the context tokens it reused. A
+    request whose rows hold different contexts reuses its cache for the first of them only."""
+    cfg = model.config
+    p = next(model.parameters())
+    kv = KVCache(cfg.num_hidden_layers, batch.B, cfg.num_key_value_heads, batch.C + extra, cfg.head_dim, p.dtype,
+                 p.device)
+    groups: dict[tuple, list[int]] = {}
+    for b, row in enumerate(batch.rows):
+        groups.setdefault((owners[b], tuple(row.ctx_ids), tuple(row.ctx_pos)), []).append(b)
+    reused: dict[int, int] = {}
+    for (req, _, _), rows in groups.items():
+        reuse = reuses.get(req) if req not in reused else None
+        one = make_batch([batch.rows[rows[0]]], 0, p.device)
+        sub, n = encode_context(model, one, reuse, extra=0)
+        if reuse is not None:
+            reused[req] = n
+        width = one.C
+        idx = torch.tensor(rows, dtype=torch.long, device=p.device)
+        for store, part in ((kv.k, sub.k), (kv.v, sub.v)):
+            for layer, t in enumerate(part):
+                store[layer][idx, :, :width] = t[:1, :, :width]
     return kv, reused
 
 

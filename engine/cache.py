@@ -12,6 +12,8 @@ context attends causally ("context_causal" and "causal"); the engine only asks t
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
 
@@ -80,3 +82,52 @@ class ContextCache:
 
     def clear(self) -> None:
         self.kv, self.tokens = None, []
+
+
+class ContextStore:
+    """ContextCaches by key (a document), least recently used out first once the tokens they
+    hold pass `max_tokens` (the one in use always stays). Counts hits: requests that reused
+    at least one context token, and misses: requests with a key that reused none."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self._caches: OrderedDict[str, ContextCache] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.evicted = 0
+
+    def get(self, key: str) -> ContextCache:
+        """The cache for `key` (a new, empty one the first time), now the most recently used."""
+        cache = self._caches.pop(key, None) or ContextCache()
+        self._caches[key] = cache
+        return cache
+
+    def record(self, reused: int) -> None:
+        """One request with a key ran, reusing `reused` context tokens; then trim to the bound."""
+        if reused > 0:
+            self.hits += 1
+        else:
+            self.misses += 1
+        self.trim()
+
+    def trim(self) -> None:
+        while len(self._caches) > 1 and self.tokens > self.max_tokens:
+            self._caches.popitem(last=False)
+            self.evicted += 1
+
+    def forget(self, key: str) -> None:
+        self._caches.pop(key, None)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._caches
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(c.tokens) for c in self._caches.values())
+
+    def stats(self) -> dict:
+        return {"documents": len(self._caches), "tokens": self.tokens, "max_tokens": self.max_tokens,
+                "hits": self.hits, "misses": self.misses, "evicted": self.evicted}

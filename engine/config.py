@@ -161,6 +161,9 @@ class EngineConfig:
     threads: int = 0  # torch intra-op threads on CPU; 0 = leave torch's default
     reuse_cache: bool = True  # keep context keys/values across requests where that is exact
     max_context_tokens: int = 4096  # hard cap; callers should trim before this
+    # Context keys/values kept across requests, per document, least recently used out first
+    # once they hold more tokens than this (~2 MB per 1k tokens for the default model).
+    context_cache_tokens: int = 65536
     kernels: str = "auto"  # auto: Triton kernels on CUDA when installed | torch | triton (forced)
     # Static-shape denoising steps: auto = on CUDA, captured as CUDA graphs | on (also on a
     # CPU, run eagerly: tests) | off (the dynamic step everywhere).

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -22,7 +21,7 @@ import torch
 
 from .autoregressive import decode
 from .batch import Batch, make_batch
-from .cache import ContextCache
+from .cache import ContextCache, ContextStore
 from .cachemodel import CacheModel, Lookup
 from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, read_sampler_defaults, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
@@ -61,9 +60,6 @@ def auto_dtype(device: str) -> str:
     return "bfloat16" if times[torch.bfloat16] < times[torch.float32] else "float32"
 
 
-MAX_CONTEXT_CACHES = 16  # documents whose context keys/values are kept (~2 MB each for the default model)
-
-
 @dataclass(frozen=True)
 class InfillRequest:
     prefix: str
@@ -75,6 +71,10 @@ class InfillRequest:
     # The cache model's text lookup (cachemodel.py): continuations of code matching the text
     # before the cursor plus what the span has so far, mixed into every masked position.
     lookup: Lookup | None = field(default=None, compare=False)
+    # This request's own stop rule and document key, for batches that mix requests of several
+    # callers (the batch's `stop` and `cache_key` apply to requests without their own).
+    stop: Callable[[str], bool] | None = field(default=None, compare=False)
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,11 +104,19 @@ class _Run:
     scfg: SamplerConfig
     owners: list[int]  # request index of each row
     prepared: list[_Prepared]
-    reuse: ContextCache | None
+    reuse: ContextCache | None  # a single request's document cache
     cancel: object | None
-    stop: Callable[[str], bool] | None
+    stops: list[Callable[[str], bool] | None]  # per request
     on_preview: Callable[[Preview], None] | None
     caches: dict[int, CacheModel] = field(default_factory=dict)  # request -> its cache model
+    reuses: dict[int, ContextCache] = field(default_factory=dict)  # request -> its document cache (several requests)
+
+    def stop_rule(self) -> Callable[[int, str], bool] | None:
+        """(request, text) -> whether that request's unit is complete; None when none has a rule."""
+        if not any(self.stops):
+            return None
+        stops = self.stops
+        return lambda req, text: stops[req] is not None and stops[req](text)
 
     @property
     def first_allowed(self) -> dict[int, torch.Tensor]:
@@ -136,7 +144,7 @@ class Engine:
         # chat markers) — code does not contain them.
         self._banned = sorted((set(tokenizer.special_ids) | {mc.mask_token_id}) - set(mc.end_token_ids) - {None})
         self._vocab_limit = min(tokenizer.vocab_size, mc.vocab_size)
-        self._caches: OrderedDict[str, ContextCache] = OrderedDict()
+        self._contexts = ContextStore(self.config.context_cache_tokens)
         self._info: EngineInfo | None = None
         # The kernel backend, chosen once: Triton on CUDA (when installed), PyTorch elsewhere.
         self.kernels = backend.ops(dev, self.config.kernels) if backend.use_triton(dev, self.config.kernels) else None
@@ -218,7 +226,12 @@ class Engine:
     def infill_batch(self, requests: list[InfillRequest], *, sampler: SamplerConfig | None = None,
                      on_preview: Callable[[Preview], None] | None = None, cancel=None, cache_key: str = "default",
                      stop: Callable[[str], bool] | None = None) -> list[Completion]:
-        """Fill every request's span in one batch; each request tries every candidate span length."""
+        """Fill every request's span in one batch; each request tries every candidate span length.
+
+        `stop` and `cache_key` apply to requests without their own (`InfillRequest.stop`,
+        `.cache_key`). A single request reuses its document's context keys/values; in a batch of
+        several, each request with its own `cache_key` does (diffusion models; causal ones reuse
+        only in single-request batches)."""
         if not requests:
             return []
         if cancel is not None and cancel.is_set():
@@ -229,9 +242,11 @@ class Engine:
         rows, owners, sources = self._rows(requests, prepared, scfg)
         batch = make_batch(rows, self._pad_id, self.device)
         tokenize_ms = (time.perf_counter() - t0) * 1000
-        reuse = self._context_cache(cache_key) if len(requests) == 1 and self.config.reuse_cache else None
-        run = _Run(scfg, owners, prepared, reuse, cancel, stop, on_preview, self._cache_models(requests, prepared))
+        run = _Run(scfg, owners, prepared, None, cancel, [r.stop or stop for r in requests], on_preview,
+                   self._cache_models(requests, prepared))
+        self._reuse(run, requests, cache_key)
         out, alive = self._decode(batch, run) if self.model_config.is_causal else self._denoise(batch, run)
+        self._record_reuse(run, out)
         source_of = {id(row): s for row, s in zip(rows, sources)}  # rows survive pruning as the same objects
         row_sources = [source_of[id(row)] for row in out.batch.rows]
         best = self._winners(out, alive, row_sources, scfg)
@@ -242,11 +257,32 @@ class Engine:
             if i in out.hopeless:  # given up after the first step
                 score = float("-inf")
             drafts = sum(1 for o, s in zip(owners, sources) if o == i and s >= 0)
-            results.append(self._completion(out, r, score, prepared[i], row_sources[r], drafts, scfg,
+            results.append(self._completion(out, i, r, score, prepared[i], row_sources[r], drafts, scfg,
                                             tokenize_ms, total_ms))
             cache = run.caches.get(i)
             results[-1].stats.cache_queries = 0 if cache is None else cache.queries
         return results
+
+    def _reuse(self, run: "_Run", requests: list[InfillRequest], cache_key: str) -> None:
+        """The document caches a run reuses: a single request's (its own key, else the batch's);
+        in a batch of several (diffusion models only), each request that names its own key."""
+        if not self.config.reuse_cache:
+            return
+        if len(requests) == 1:
+            run.reuse = self._context_cache(requests[0].cache_key or cache_key)
+        elif not self.model_config.is_causal:
+            keyed = {i: self._context_cache(r.cache_key) for i, r in enumerate(requests) if r.cache_key}
+            run.reuses = {i: c for i, c in keyed.items() if c is not None}
+
+    def _record_reuse(self, run: "_Run", out: Denoised) -> None:
+        if run.reuse is not None:
+            self._contexts.record(out.reused)
+        for i in run.reuses:
+            self._contexts.record(out.reused_by.get(i, 0))
+
+    def context_stats(self) -> dict:
+        """The document key/value store: documents, tokens held, hits and misses so far."""
+        return self._contexts.stats()
 
     def _cache_models(self, requests: list[InfillRequest], prepared: list[_Prepared]) -> dict[int, CacheModel]:
         if not self.config.cache.enabled:
@@ -274,11 +310,11 @@ class Engine:
 
     def _decode(self, batch: Batch, run: "_Run") -> tuple[Denoised, list[int]]:
         """Causal models: token by token. Returns the output and the request of each row."""
-        stop, on_preview, owners, prepared = run.stop, run.on_preview, run.owners, run.prepared
+        rule, on_preview, owners, prepared = run.stop_rule(), run.on_preview, run.owners, run.prepared
+        stop = None if rule is None else (lambda b, ids: rule(owners[b], self._text(ids, prepared[owners[b]])))
         out = decode(self.model, batch, run.scfg, end_ids=self._end_ids, pad_id=self._pad_id, banned=self._banned,
                      first_allowed=run.first_allowed, owners=owners, vocab_limit=self._vocab_limit, reuse=run.reuse,
-                     cancel=run.cancel, caches=run.caches,
-                     stop=None if stop is None else (lambda b, ids: stop(self._text(ids, prepared[owners[b]]))),
+                     cancel=run.cancel, caches=run.caches, stop=stop,
                      on_step=None if on_preview is None else
                      (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_preview)))
         return out, owners
@@ -290,11 +326,12 @@ class Engine:
         denoiser = Denoiser(self.model, run.scfg, run.owners, self._end_ids, self._pad_id, self._banned,
                             run.first_allowed, self._vocab_limit, run.reuse, run.cancel,
                             head=None if self.kernels is None else self.kernels.head_confidence, steps=self.steps,
-                            caches=run.caches,
+                            caches=run.caches, reuses=run.reuses,
                             on_step=None if on_preview is None else
                             (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_preview)))
-        if run.stop is not None:
-            denoiser.stop = lambda b, ids: run.stop(self._text(ids, prepared[denoiser.alive[b]]))
+        stop = run.stop_rule()
+        if stop is not None:
+            denoiser.stop = lambda b, ids: stop(denoiser.alive[b], self._text(ids, prepared[denoiser.alive[b]]))
         out = denoiser.run(batch)
         return out, denoiser.alive
 
@@ -303,8 +340,12 @@ class Engine:
         """request -> (mean log-prob, row) of the candidate that wins: the one scoring of every
         row when there is one (drafts with their bonus), else each row's commit log-probs."""
         best: dict[int, tuple[float, int]] = {}
+        # A request scores its rows only when it has something to compare (several rows or a
+        # draft), as it would alone, whatever the other requests of the batch needed.
+        compared = {req for req in alive if alive.count(req) > 1}
+        compared |= {req for req, s in zip(alive, sources) if s >= 0}
         for r, req in enumerate(alive):
-            if out.score is not None:
+            if out.score is not None and req in compared:
                 lp = float(out.score[r])
                 if sources[r] >= 0:
                     lp += scfg.draft_bonus
@@ -314,16 +355,17 @@ class Engine:
                 best[req] = (lp, r)
         return best
 
-    def _completion(self, out: Denoised, r: int, score: float, p: _Prepared, source: int, drafts: int,
+    def _completion(self, out: Denoised, req: int, r: int, score: float, p: _Prepared, source: int, drafts: int,
                     scfg: SamplerConfig, tokenize_ms: float, total_ms: float) -> Completion:
         """Row `r`'s text and stats; empty (abstained) when its score is below the bar."""
-        row = out.batch.rows[r]
+        row = out.batch.rows[r]  # (request `req`'s winning row)
         ids, confs = self._span(out.x[r], out.conf[r], row.length, out.batch.span_at)
         c = Completion(self._text(ids, p), ids, confs, row.length, healed=p.healed,
                        score=score - (scfg.draft_bonus if source >= 0 else 0.0))
         if score < scfg.min_score:  # with the draft bonus: a draft is evidence too
             c.text, c.token_ids, c.confidences, c.abstained = "", [], [], True
-        c.stats = Stats(context_tokens=len(row.ctx_ids) + out.batch.span_at, reused_tokens=out.reused,
+        c.stats = Stats(context_tokens=len(row.ctx_ids) + out.batch.span_at,
+                        reused_tokens=out.reused_by.get(req, 0) if out.reused_by else out.reused,
                         span_tokens=len(c.token_ids), steps=out.steps, forwards=out.forwards, rows=out.rows_run,
                         tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
                         total_ms=total_ms, drafts=drafts, draft=source,
@@ -365,7 +407,7 @@ class Engine:
 
     def forget(self, cache_key: str) -> None:
         """Drop the keys/values kept for `cache_key` (e.g. a closed document)."""
-        self._caches.pop(cache_key, None)
+        self._contexts.forget(cache_key)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -400,11 +442,7 @@ class Engine:
     def _context_cache(self, key: str) -> ContextCache | None:
         if self.model_config.attention == "full":
             return None  # context keys/values depend on the span: never exact across requests
-        cache = self._caches.pop(key, None) or ContextCache()
-        self._caches[key] = cache
-        while len(self._caches) > MAX_CONTEXT_CACHES:
-            self._caches.popitem(last=False)
-        return cache
+        return self._contexts.get(key)
 
     def _span(self, x: torch.Tensor, conf: torch.Tensor, length: int, at: int) -> tuple[list[int], list[float]]:
         ids = x[at:at + length].tolist()

@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from .batch import Batch, encode_context
+from .batch import Batch, encode_context, encode_contexts
 from .cache import ContextCache, KVCache
 from .cachemodel import CacheModel, mix_along_rows
 from .config import SamplerConfig
@@ -103,6 +103,7 @@ class Denoised:
     score: torch.Tensor | None = None  # [B] mean log-prob of each row's span under one scoring
     static_steps: int = 0  # steps run by the static (graph-captured on CUDA) step
     hopeless: set[int] = field(default_factory=set)  # requests given up early: they abstain
+    reused_by: dict[int, int] = field(default_factory=dict)  # request -> context tokens reused (`reuses`)
 
 
 @dataclass
@@ -131,6 +132,10 @@ class Denoiser:
     # Mixing needs the logits, so requests with a cache take the plain head (no fused head, no
     # static step).
     caches: dict[int, CacheModel] = field(default_factory=dict)
+    # request -> its document's ContextCache, for batches of several requests (`reuse` is the
+    # one cache of a single-request batch); only for causally attending contexts.
+    reuses: dict[int, ContextCache] = field(default_factory=dict)
+    reused_by: dict[int, int] = field(init=False, default_factory=dict)  # request -> context tokens reused
     running: Running | None = field(init=False, default=None)  # the rows of the current (or last) run
     ends_host: torch.Tensor = field(init=False)  # end_ids for the host-side decision
 
@@ -175,7 +180,7 @@ class Denoiser:
         score = None if set(st.alive) <= st.hopeless else self._final_scores(st, rescore=denoised)
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
-                        st.kept, score, st.static_steps, st.hopeless)
+                        st.kept, score, st.static_steps, st.hopeless, dict(self.reused_by))
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -189,6 +194,8 @@ class Denoiser:
         if self.model.config.attention == "full":
             kv = self._new_cache(batch)
             hidden = self._full_pass(batch, kv)
+        elif self.reuses:
+            kv, self.reused_by = encode_contexts(self.model, batch, self.owners, self.reuses, extra=batch.A)
         else:
             kv, reused = encode_context(self.model, batch, self.reuse, extra=batch.A)
         kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()

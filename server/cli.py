@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import doctor
+from .cluster import command as cluster_command
 from .http import DEFAULT_PORT
 
 EXIT_USAGE = 2
@@ -72,7 +73,14 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default=None, help="address the HTTP API binds (default 127.0.0.1; another one "
                                                  "needs --token)")
     sv.add_argument("--token", default=None, help="bearer token every HTTP request must carry "
-                                                  "(Authorization: Bearer TOKEN)")
+                                                  "(Authorization: Bearer TOKEN); with --engine-url, also the "
+                                                  "token sent to the engine")
+    sv.add_argument("--engine-url", default=None, metavar="URL",
+                    help="use the engine of another redraft server (`redraft serve --http` on a GPU box, or "
+                         "the cluster) at URL instead of loading a model here")
+    sv.add_argument("--engine-timeout", type=float, default=None, metavar="S",
+                    help="with --engine-url: seconds a request to the engine may take before drafts answer "
+                         "instead (default 10)")
     _model_args(sv)
     sv.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="log level on stderr (default WARNING)")
@@ -94,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
                                        "the tree-sitter grammars")
     _model_args(dr)
     dr.set_defaults(run=lambda args: doctor.run(args), quick_exit=True)
+
+    cl = sub.add_parser("cluster", help="serve the engine from Ray Serve replicas, a document's requests on one "
+                                        "replica (needs the cluster extra; README: Team scale)")
+    cluster_command.arguments(cl)
+    cl.set_defaults(run=cluster_command.run)
     return p
 
 
@@ -141,6 +154,9 @@ def _eval_parser(sub) -> None:
                     help="drop a proposal the model likes less than the text as it is by more than this "
                          "(mean log-prob; default: the server's)")
     ne.add_argument("--no-model", action="store_true", help="the proposals alone, without the model's judgement")
+    ne.add_argument("--refill", action="store_true",
+                    help="with --releases: where no rule applies, the model rewrites the line after the edit "
+                         "(the nextEditRefill setting)")
     ne.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ne.set_defaults(run=_eval_next_edit)
 
@@ -202,21 +218,35 @@ def _serve(args) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="redraft %(levelname)s %(name)s: %(message)s")
     if args.tcp is not None and not 0 < args.tcp < 65536:
         raise UserError(f"--tcp needs a port in 1..65535, got {args.tcp}")
-    if args.http is None and (args.host is not None or args.token is not None):
+    if args.http is None and (args.host is not None or (args.token is not None and args.engine_url is None)):
         raise UserError("--host and --token apply to the HTTP API: add --http [PORT]")
     host = _http_host(args) if args.http is not None else None
-    config, problems = parse({"model": args.model, "device": args.device, "dtype": args.dtype}, ServerConfig())
+    config, problems = parse({"model": args.model, "device": args.device, "dtype": args.dtype,
+                              "engineUrl": args.engine_url}, ServerConfig())
     if problems:
         raise UserError("; ".join(problems))
+    inference = _inference(args)
     if args.http is None:
         from .lsp.server import build_server
-        server = build_server(config)
+        server = build_server(config, inference=inference)
         if args.tcp is not None:
             server.start_tcp("127.0.0.1", args.tcp)
         else:
             server.start_io()
         return 0
-    return _serve_http(args, config, host)
+    return _serve_http(args, config, host, inference)
+
+
+def _inference(args):
+    """The Inference every front of `serve` shares; with --engine-url, how it reaches the engine."""
+    from .core.inference import Inference
+    from .core.remote import TIMEOUT_S
+    if args.engine_timeout is not None and args.engine_url is None:
+        raise UserError("--engine-timeout applies to a remote engine: add --engine-url URL")
+    timeout = TIMEOUT_S if args.engine_timeout is None else args.engine_timeout
+    if not 0 < timeout <= 600:
+        raise UserError(f"--engine-timeout needs seconds in (0, 600], got {timeout:g}")
+    return Inference(engine_token=args.token if args.engine_url else None, engine_timeout_s=timeout)
 
 
 def _http_host(args) -> str:
@@ -238,25 +268,25 @@ def _http_host(args) -> str:
     return host
 
 
-def _serve_http(args, config, host: str) -> int:
+def _serve_http(args, config, host: str, inference) -> int:
     """The HTTP API, alone (until Ctrl-C) or beside LSP on stdio (until the client exits); one
     Inference either way: one engine, one model in memory."""
     import threading
 
     from .http.app import build_app, listen, make_server
-    from .core.inference import Inference
     try:
         sock = listen(host, args.http)
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{args.http}: {e.strerror or e}") from None
-    inference = Inference()
-    loading = inference.load(config.model, config.device, config.dtype)
+    loading = inference.load(config.model, config.device, config.dtype, url=config.engine_url)
     server = make_server(build_app(inference, config, token=args.token), args.log_level)
     try:
         if not args.stdio:
             error = loading.result()  # a model that cannot load ends the command before it serves
             if error:
                 raise UserError(error)
+            if inference.load_error:  # a remote engine that does not answer yet: tried again per request
+                print(f"redraft: {inference.load_error}", file=sys.stderr, flush=True)
             print(f"redraft: {inference.engine.name} answering at {_address(sock)} (Ctrl-C stops)",
                   file=sys.stderr, flush=True)
             server.run(sockets=[sock])
@@ -513,7 +543,7 @@ def _eval_releases(args) -> int:
     margin = ServerConfig().edit_margin if args.margin is None else args.margin
     try:
         rep = run(args.releases[0], args.releases[1] if len(args.releases) == 2 else None, engine,
-                  args.limit, args.seed, margin)
+                  args.limit, args.seed, margin, args.refill)
     except ValueError as e:
         raise UserError(str(e)) from None
     if args.json:

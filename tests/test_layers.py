@@ -1,7 +1,8 @@
 """Imports point down the layers only: server fronts -> server core -> engine -> kernels.
 
 Inside server/, the core (server/core) never imports a front end; the fronts (lsp, http,
-eval) import the core and never each other; cli.py sits on top and may import them all.
+eval) import the core and never each other; cluster (Ray Serve) builds on the core and the
+HTTP front and only cli.py imports it; cli.py sits on top and may import them all.
 """
 
 import ast
@@ -10,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RANK = {"server": 2, "engine": 1, "kernels": 0}
 FRONTS = ("lsp", "http", "eval")
+CLUSTER, CLUSTER_USES = "cluster", ("core", "http")
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -68,7 +70,11 @@ def crossed_fronts() -> list[str]:
             there = server_part(module)
             if there is None or there == here or here == "cli" or there == "__init__":
                 continue
-            if here in (None, "__init__") or here == "core" or (here in FRONTS and there != "core"):
+            if here == CLUSTER:
+                wrong = there not in CLUSTER_USES
+            else:
+                wrong = here in (None, "__init__") or here == "core" or (here in FRONTS and there != "core")
+            if wrong:
                 line = f"{path.relative_to(ROOT)} imports server/{there}"
                 if line not in bad:
                     bad.append(line)
@@ -98,6 +104,19 @@ def test_the_scan_sees_a_front_importing_another():
         assert crossed_fronts() == ["server/http/_probe_layers.py imports server/lsp"]
     finally:
         probe.unlink()
+
+
+def test_the_scan_sees_cluster_reaching_past_http_and_core_reaching_cluster():
+    probes = {ROOT / "server" / "cluster" / "_probe_layers.py": "from ..lsp import session\nfrom ..http import app\n",
+              ROOT / "server" / "core" / "_probe_layers.py": "from ..cluster import batcher\n"}
+    for path, text in probes.items():
+        path.write_text(text)
+    try:
+        assert crossed_fronts() == ["server/cluster/_probe_layers.py imports server/lsp",
+                                    "server/core/_probe_layers.py imports server/cluster"]
+    finally:
+        for path in probes:
+            path.unlink()
 
 
 def test_engine_and_kernels_import_without_server_dependencies():

@@ -1,12 +1,13 @@
 """Next-edit candidates: after an edit, the matching edits it implies elsewhere in the file.
 
-From the newest edit event and the lines as they were before it, `intent` finds what the
-user did as one token-level change (a run of tokens replaced, removed or inserted, common
-tokens trimmed, with its neighbouring tokens). `proposals` turns it into candidate edits at
-the places where it recurs (sites.py: renames in the binding scope, call sites of a
-signature that gained a parameter, same-shape lines of a changed literal, and any other
-change where the removed tokens recur between matching neighbours in the same kind of
-node). A rename comes whole or not at all, and so does any change with more places than
+From the newest edit event and the lines as they were before it, `intents` finds what the
+user did as token-level changes (runs of tokens replaced, removed or inserted, common tokens
+trimmed, each with its neighbouring tokens; several only when each stands on its own, as
+insertions and requoted strings do). `proposals` turns them into candidate edits at the
+places where they recur (sites.py: renames in the binding scope, call sites of a signature
+that gained a parameter, same-shape lines of a changed literal, strings in the quote the user
+switched to, and any other change where the removed tokens recur between matching neighbours
+in the same kind of node), the changes that meet on one line made there together. A rename comes whole or not at all, and so does any change with more places than
 MAX_PROPOSALS: a partial set would leave the code broken. Each proposal is a whole line as
 it is and as it would be, plus the small edit between them (trimmed at token boundaries, so
 a rename shows as the new name). Lines the event itself touched are never proposed, nor
@@ -27,12 +28,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .document import Document, body
 from .history import EditEvent
 from .sites import (DOTTED, IDENT, LITERAL, MAX_CHANGE_ROWS, MAX_RENAME_ROWS, call_sites, change_sites, context_type,
-                    def_name, identifier_sites, same_shape_sites)
+                    def_name, identifier_sites, requote_sites, requoted, same_shape_sites)
 from .sites import tokens as _tokens
 
 MAX_PROPOSALS = 8  # each costs one judging pass (~12 ms on a 2-core CPU)
@@ -46,6 +47,8 @@ MAX_EVENT_LINES = 2000
 # ~0.1 ms). A substitution the rules can follow is a name, a literal or a short argument.
 MAX_INTENT_CHARS = 8 << 10
 MAX_INTENT_TOKENS = 256
+# An event changing more token runs than this is a rewrite: nothing follows from it.
+MAX_INTENT_OPS = 4
 
 @dataclass(frozen=True)
 class Intent:
@@ -62,6 +65,7 @@ class Intent:
     right: str = ""
     gap: str = ""  # the text between them now (the change with the user's spacing)
     context: str = ""  # the kind of syntax node that held the change and its neighbours before it
+    ops: int = 1  # token runs the event changed (this intent is one of them)
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,7 @@ def candidates(before: Before | Sequence[str], doc: Document, event: EditEvent,
     Every front end comes through here."""
     if previous is not None and undoes(event, previous):
         return []
-    found = intent(before, doc, event.first_line, min(event.last_line, len(doc.lines) - 1))
-    return proposals(found, doc) if found is not None else []
+    return proposals(intents(before, doc, event.first_line, min(event.last_line, len(doc.lines) - 1)), doc)
 
 
 def undoes(event: EditEvent, previous: EditEvent) -> bool:
@@ -142,63 +145,138 @@ def shared_ends(a: Sequence, b: Sequence, key=lambda x: x) -> tuple[int, int]:
 
 
 def intent(before: Before | Sequence[str], doc: Document, first_row: int, last_row: int) -> Intent | None:
-    """The substitution the newest event made: `before` holds the document's lines as they
+    """The one substitution the newest event made (see `intents`), or None when it made none
+    or several."""
+    found = intents(before, doc, first_row, last_row)
+    return found[0] if len(found) == 1 and found[0].ops == 1 else None
+
+
+def intents(before: Before | Sequence[str], doc: Document, first_row: int, last_row: int) -> list[Intent]:
+    """The substitutions the newest event made: `before` holds the document's lines as they
     were when it began (all of them, or a `Before` window), rows first_row..last_row of `doc`
-    are what it touched now. None for no single substitution, and for an event too large to
-    diff (see the module's size notes)."""
+    are what it touched now. One per differing token run (an event that annotates two
+    parameters made two), at most MAX_INTENT_OPS of them, the same one once; runs that span
+    lines are left out (proposals are line edits). Empty for an event too large to diff (see
+    the module's size notes)."""
     if not isinstance(before, Before):
         before = Before.whole(before)
     old_last = last_row + (before.total - len(doc.lines))
     if first_row >= len(doc.lines) or old_last < first_row - 1:
-        return None
+        return []
     if max(last_row, old_last) - first_row >= MAX_EVENT_LINES \
             or first_row < before.first or old_last >= before.first + len(before.lines):
         doc.note_limit("intent", f"an edit over {MAX_EVENT_LINES} lines: no next edits for it")
-        return None
+        return []
     old_lines = before.lines[first_row - before.first:old_last + 1 - before.first]
     new_lines = doc.lines[first_row:last_row + 1]
     top, old_lines, new_lines = _drop_shared_lines(old_lines, new_lines)
     if sum(map(len, old_lines)) + sum(map(len, new_lines)) > 2 * MAX_INTENT_CHARS:
         doc.note_limit("intent", f"an edit of over {MAX_INTENT_CHARS} characters: no next edits for it")
-        return None
-    old_text, new_text = "".join(old_lines), "".join(new_lines)
-    a, b = _tokens(old_text), _tokens(new_text)
+        return []
+    ev = _Event("".join(old_lines), "".join(new_lines), first_row, first_row + top, last_row, before)
+    a, b = ev.a, ev.b
     p, q = shared_ends(a, b, key=lambda t: t[0])  # then the tokens both sides share; the rest is diffed
     if max(len(a), len(b)) - p - q > MAX_INTENT_TOKENS:
         doc.note_limit("intent", f"an edit of over {MAX_INTENT_TOKENS} tokens: no next edits for it")
-        return None
+        return []
     ops = [(tag, i1 + p, i2 + p, j1 + p, j2 + p) for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
         a=[t[0] for t in a[p:len(a) - q]], b=[t[0] for t in b[p:len(b) - q]], autojunk=False).get_opcodes()
         if tag != "equal"]
-    if len(ops) != 1:
-        return None
-    tag, i1, i2, j1, j2 = ops[0]
+    if not 0 < len(ops) <= MAX_INTENT_OPS:
+        return []
+    found: list[Intent] = []
+    halves = 0  # runs that are half of a change (a bracket opened, not closed)
+    for op in ops:
+        it = _op_intent(ev, op, doc)  # None: it spans lines (no line edit follows from it)
+        if it is not None and not _balanced(it):
+            halves += 1
+        elif it is not None and all(_key(it) != _key(o) for o in found):
+            found.append(replace(it, ops=len(ops)))
+    if len(ops) == 1 or len(found) == 1 and _all_same(ops, ev):
+        return found
+    # Several token runs: followed only when each stands on its own, as insertions (an
+    # annotation for each parameter) and requoted strings do. Anything else is one rewrite in parts: `is_bytes(x)` ->
+    # `isinstance(x, bytes)` is no rename plus an argument, `not x` -> `x is None` no deletion
+    # of `not`. What changed inside a comment or a string belongs to the prose around it.
+    if halves or any(it.old and not requoted(it.old, it.new) or it.context in _PROSE for it in found):
+        return []
+    return found
+
+
+_PROSE = ("comment", "string", "string_content")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _balanced(it: Intent) -> bool:
+    """Whether the removed and the inserted text each close every bracket they open: a run
+    that does not (`Tuple[str, ` of `Tuple[str, int]` -> `int`) is half of a change."""
+    for text in (it.old, it.new):
+        depth = 0
+        for ch in text:
+            depth += (ch in _OPEN) - (ch in _CLOSE)
+            if depth < 0:
+                return False
+        if depth:
+            return False
+    return True
+
+
+def _all_same(ops: list, ev: _Event) -> bool:
+    """Every token run of the event is the same change (a name renamed on two lines)."""
+    runs = {(tuple(t[0] for t in ev.a[i1:i2]), tuple(t[0] for t in ev.b[j1:j2])) for _, i1, i2, j1, j2 in ops}
+    return len(runs) == 1
+
+
+@dataclass
+class _Event:
+    """One edit event's text as it was and is (lines both share dropped), tokenized once, and
+    the tree of the text as it was, parsed at most once for all of its token runs."""
+
+    old_text: str
+    new_text: str
+    first_row: int  # rows the event touched, current text
+    top: int  # row of old_text's / new_text's first line
+    last_row: int
+    before: Before
+    old_context: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.a, self.b = _tokens(self.old_text), _tokens(self.new_text)
+
+
+def _key(it: Intent) -> tuple:
+    return it.kind, it.old, it.new, it.left, it.right, it.context
+
+
+def _op_intent(ev: _Event, op: tuple, doc: Document) -> Intent | None:
+    """The Intent of one differing token run `op` (a difflib opcode over ev.a / ev.b)."""
+    tag, i1, i2, j1, j2 = op
+    a, b, old_text, new_text = ev.a, ev.b, ev.old_text, ev.new_text
     old = old_text[a[i1][1]:a[i2 - 1][2]] if i2 > i1 else ""
     new = new_text[b[j1][1]:b[j2 - 1][2]] if j2 > j1 else ""
     at = b[j1][1] if j1 < len(b) else len(new_text)  # where the change is (or was) in the text now
     end = b[j2 - 1][2] if j2 > j1 else at
-    row = first_row + top + new_text[:at].count("\n")
-    line_start = new_text.rfind("\n", 0, at) + 1
-    col = at - line_start
+    row = ev.top + new_text[:at].count("\n")
+    col = at - (new_text.rfind("\n", 0, at) + 1)
     if tag == "insert" and new.startswith(",") and j2 < len(b) and b[j2][0] == ")":
         name = def_name(doc, row)
         if name:
-            return Intent("append_param", "", new, row, col, first_row, last_row, name)
+            return Intent("append_param", "", new, row, col, ev.first_row, ev.last_row, name)
     if "\n" in old or "\n" in new:
         return None  # proposals are line edits
     left = b[j1 - 1] if j1 > 0 and "\n" not in new_text[b[j1 - 1][2]:at] else None
     right = b[j2] if j2 < len(b) and "\n" not in new_text[end:b[j2][1]] else None
     gap = new_text[left[2]:right[1]] if left and right else new
-    it = Intent("replace", old, new, row, col, first_row, last_row, after_dot=new_text[at - 1:at] == ".",
+    it = Intent("replace", old, new, row, col, ev.first_row, ev.last_row, after_dot=new_text[at - 1:at] == ".",
                 left=left[0] if left else "", right=right[0] if right else "", gap=gap)
     if follows_as_change(it) and doc.syntax.grammar is not None:
         # the same span of the text as it was: from the left neighbour to the right one
         start = a[i1 - 1][1] if left else (a[i1][1] if i2 > i1 else a[i1 - 1][2] if i1 else 0)
         stop = a[i2][2] if right else (a[i2 - 1][2] if i2 > i1 else start)
-        old_row = first_row + top + old_text[:start].count("\n")
+        old_row = ev.top + old_text[:start].count("\n")
         old_start = old_text.rfind("\n", 0, start) + 1
-        it = replace(it, context=context_type(doc.syntax.grammar, before.lines, old_row - before.first,
-                                              start - old_start, stop - old_start))
+        it = replace(it, context=context_type(doc.syntax.grammar, ev.before.lines, old_row - ev.before.first,
+                                              start - old_start, stop - old_start, ev.old_context))
     return it
 
 
@@ -210,33 +288,31 @@ def is_rename(it: Intent) -> bool:
 def follows_as_change(it: Intent) -> bool:
     """Whether `proposals` follows this intent with the general change rule (not a rename,
     a literal or an appended parameter)."""
-    return it.kind == "replace" and not is_rename(it) and not (LITERAL.match(it.old) and it.new)
+    return it.kind == "replace" and not is_rename(it) and not (LITERAL.match(it.old) and it.new) \
+        and not requoted(it.old, it.new)
 
 
-def proposals(intent: Intent, doc: Document, limit: int = MAX_PROPOSALS) -> list[LineEdit]:
-    """Candidate edits, nearest first. A rename comes whole (every use in its scope) or not at
-    all; so does any other change with more than `limit` places (an appended parameter's
-    calls too), within MAX_CHANGE_ROWS; a changed literal gives its `limit` nearest same-shape
-    lines (a partial set of those breaks nothing). Whole sets are marked `whole`."""
-    whole, cap, nearest = False, MAX_CHANGE_ROWS, False
-    if intent.kind == "append_param":
-        found = call_sites(intent, doc)
-    elif is_rename(intent) and doc.tree is not None:
-        found, whole, cap = identifier_sites(intent, doc), True, MAX_RENAME_ROWS
-    elif follows_as_change(intent):
-        found = change_sites(intent, doc)
-    else:
-        found, nearest = same_shape_sites(intent, doc, limit), True
-    by_row: dict[int, list[tuple[int, int, str]]] = {}
-    for row, start, end, text in found:
-        if not intent.first_row <= row <= intent.last_row:  # never what the user just typed
-            by_row.setdefault(row, []).append((start, end, text))
-    if len(by_row) > cap and not nearest:
-        doc.note_limit("change", f"a change with over {cap} lines to follow: not offered")
+def proposals(intent: Intent | Sequence[Intent], doc: Document, limit: int = MAX_PROPOSALS) -> list[LineEdit]:
+    """Candidate edits, nearest first, for one intent or all of an event's. A rename comes
+    whole (every use in its scope) or not at all; so does any other change with more than
+    `limit` places (an appended parameter's calls too), within MAX_CHANGE_ROWS; a changed
+    literal gives its `limit` nearest same-shape lines (a partial set of those breaks nothing).
+    Whole sets are marked `whole`. The token runs of one event that recur on one line are made
+    there together (the same annotation of two parameters)."""
+    found = [intent] if isinstance(intent, Intent) else list(intent)
+    if not found:
         return []
-    whole = whole or (len(by_row) > limit and not nearest)
+    by_row: dict[int, list[tuple[int, int, str]]] = {}
+    whole = False
+    for it in found:
+        rows, it_whole = _rows_to_change(it, doc, limit)
+        whole = whole or it_whole
+        for row, edits in rows.items():
+            taken = by_row.setdefault(row, [])
+            taken.extend(e for e in edits if not any(e[0] < t[1] and t[0] < e[1] or e[:2] == t[:2] for t in taken))
+    first = found[0]
     out = []
-    for row in sorted(by_row, key=lambda r: (abs(r - intent.row), r))[:None if whole else limit]:
+    for row in sorted(by_row, key=lambda r: (abs(r - first.row), r))[:None if whole else limit]:
         original = body(doc.lines[row])
         proposed, shift = original, 0
         for start, end, text in sorted(by_row[row]):
@@ -245,6 +321,31 @@ def proposals(intent: Intent, doc: Document, limit: int = MAX_PROPOSALS) -> list
         s, e, t = small_edit(original, proposed)
         out.append(LineEdit(row, s, e, t, original, proposed, whole))
     return out
+
+
+def _rows_to_change(intent: Intent, doc: Document, limit: int) -> tuple[dict[int, list[tuple[int, int, str]]], bool]:
+    """{row: replacements} where one intent recurs, and whether they must come whole."""
+    whole, cap, nearest = False, MAX_CHANGE_ROWS, 0  # nearest: keep this many nearest rows only
+    if intent.kind == "append_param":
+        found = call_sites(intent, doc)
+    elif is_rename(intent) and doc.tree is not None:
+        found, whole, cap = identifier_sites(intent, doc), True, MAX_RENAME_ROWS
+    elif follows_as_change(intent):
+        found = change_sites(intent, doc)
+    elif requoted(intent.old, intent.new):  # the nearest MAX_CHANGE_ROWS: a partial set breaks nothing
+        found, nearest = requote_sites(intent, doc, MAX_CHANGE_ROWS), MAX_CHANGE_ROWS
+    else:
+        found, nearest = same_shape_sites(intent, doc, limit), limit
+    by_row: dict[int, list[tuple[int, int, str]]] = {}
+    for row, start, end, text in found:
+        if not intent.first_row <= row <= intent.last_row:  # never what the user just typed
+            by_row.setdefault(row, []).append((start, end, text))
+    if nearest:
+        by_row = {r: by_row[r] for r in sorted(by_row, key=lambda r: (abs(r - intent.row), r))[:nearest]}
+    elif len(by_row) > cap:
+        doc.note_limit("change", f"a change with over {cap} lines to follow: not offered")
+        return {}, False
+    return by_row, whole or len(by_row) > limit
 
 
 def small_edit(original: str, proposed: str) -> tuple[int, int, str]:
@@ -264,6 +365,10 @@ def small_edit(original: str, proposed: str) -> tuple[int, int, str]:
     if len(a) - j <= i:  # pure insertion: anchor at the next token of the original
         start = end = a[i][1] if i < len(a) else len(original)
         bend = bstart + (len(proposed) - len(original))
+    if original[:start] + proposed[bstart:bend] + original[end:] != proposed:
+        # the spacing between tokens changed too: the characters both share at either end
+        p, q = shared_ends(original, proposed)
+        return p, len(original) - q, proposed[p:len(proposed) - q]
     return start, end, proposed[bstart:bend]
 
 

@@ -104,6 +104,11 @@ class Unit:
                 return True  # a dedent (settled once the line has a non-blank character)
         return len(lines) - 1 >= self.max_lines  # that many complete lines
 
+    def __call__(self, text: str) -> bool:
+        """`ended`: a Unit is the engine's stop rule itself, which a remote engine's client can
+        send as data (wire.py) where a closure could not travel."""
+        return self.ended(text)
+
 
 def trim_unit(snap: Snapshot, text: str) -> str:
     """Cut `text` at the end of the syntactic unit the snapshot's mode asks for."""

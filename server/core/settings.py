@@ -41,7 +41,13 @@ class ServerConfig:
     # A proposed edit is kept when its mean log-prob per token is at least the text's as it is plus
     # this: -1.0 keeps edits up to 1 nat per token less likely than the text; higher is stricter.
     edit_margin: float = -1.0
+    # Where no rule follows an edit, the model rewrites the line after it (refill.py). Off: it
+    # lowered next-edit precision on real release diffs (README).
+    next_edit_refill: bool = False
     stream_previews: bool = False  # send `redraft/preview` notifications while a completion denoises
+    # A remote engine (`redraft serve --http` elsewhere, or the cluster) instead of a model in
+    # this process: http(s)://HOST:PORT; model, device and dtype are then the remote's.
+    engine_url: str | None = None
 
     def enabled(self, language: str) -> bool:
         table = dict(self.enable)
@@ -79,9 +85,13 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
             raise ValueError("must be a number in -100..100")
         return float(value)
-    if name in ("comments", "extra_context", "stream_previews", "next_edit", "cache"):
+    if name in ("comments", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
+        return value
+    if name == "engine_url":
+        if value is not None and (not isinstance(value, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value)):
+            raise ValueError("must be an http:// or https:// URL")
         return value
     if name in ("model",):
         if value is not None and (not isinstance(value, str) or not value.strip()):

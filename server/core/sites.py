@@ -6,6 +6,7 @@ is bounded by a count:
   * identifier_sites: the other uses of a renamed name, in the scope that binds it;
   * call_sites: the one-line calls of a function whose signature gained a parameter;
   * same_shape_sites: lines shaped like the edited one holding a replaced literal;
+  * requote_sites: other string literals, when the user only changed a string's quotes;
   * change_sites: any other token-level change (a deletion, an insertion, a run of tokens
     replaced) wherever the removed tokens recur between matching neighbours inside the same
     kind of syntax node — `class A(object):` -> `class A:` reaches the other classes, not
@@ -247,6 +248,68 @@ def same_shape_sites(intent: Intent, doc: Document, limit: int):
             yield row, toks[k][1], toks[k + n - 1][2], intent.new
 
 
+TRIPLES = ("'''", '"""')
+
+
+def requoted(old: str, new: str) -> str:
+    """The quote `old` is rewritten with when `new` is the same string in the other quote
+    ('x' -> "x", a docstring's three single quotes -> three double quotes, or one of its ends
+    alone), else ""."""
+    for was, now in ((TRIPLES[0], TRIPLES[1]), (TRIPLES[1], TRIPLES[0]), ("'", '"'), ('"', "'")):
+        if old == was and new == now and len(was) == 3:
+            return now
+        n = len(was)
+        inside = old[n:len(old) - n]
+        if len(old) >= 2 * n and old[:n] == old[-n:] == was and new == now + inside + now \
+                and now[0] not in inside and was[0] not in inside and "\n" not in inside:
+            return now
+    return ""
+
+
+STRING_NODES = ("string", "string_start", "string_content", "string_end")
+
+
+def requote_sites(intent: Intent, doc: Document, limit: int):
+    """Other one-line string literals in the old quote that read the same in the new one (no
+    quote of the new kind or backslash inside, not part of a triple quote), on code rows
+    nearest first until `limit` rows: the quote style the user just chose, applied nearby."""
+    quote = requoted(intent.old, intent.new)
+    was = intent.old[:len(quote)]
+    found = checks = 0
+    for row in nearest_rows(intent.row, len(doc.lines), LITERAL_ROWS):
+        text = doc.lines[row]
+        if was not in text or len(text) > MAX_LINE_CHARS + 2 or intent.first_row <= row <= intent.last_row:
+            continue
+        if checks == MAX_SHAPE_CHECKS or found == limit:
+            return
+        checks += 1
+        line = body(text)
+        hits = list(_triples(doc, row, line, was, quote)) if len(quote) == 3 else []
+        for word, start, end in tokens(line) if len(quote) == 1 else ():
+            if word[0] != was or len(word) < 2 or word[-1] != was or quote in word or "\\" in word:
+                continue
+            if line[start - 1:start] == was or line[end:end + 1] == was:
+                continue  # part of a triple quote
+            if doc.tree is not None and _span_type(doc, row, start, end) not in STRING_NODES:
+                continue  # inside a comment, or not a string of this language
+            hits.append((row, start, end, quote + word[1:-1] + quote))
+        found += bool(hits)
+        yield from hits
+
+
+def _triples(doc: Document, row: int, line: str, was: str, quote: str):
+    """Each triple quote `was` on the line that opens or closes a string (not one inside a
+    string), as `quote`; none on a line that holds `quote` already (a string holding both
+    would end early)."""
+    if quote in line:
+        return
+    at = line.find(was)
+    while at >= 0:
+        if doc.tree is None or _span_type(doc, row, at, at + 3) in ("string_start", "string_end"):
+            yield row, at, at + 3, quote
+        at = line.find(was, at + 3)
+
+
 # -- any other token-level change ------------------------------------------------------------
 
 def _kind(token: str) -> str:
@@ -331,11 +394,14 @@ def _covering(tree, line: str, row: int, start: int, end: int) -> str:
     return node.type if node is not None else ""
 
 
-def context_type(grammar, lines: Sequence[str], row: int, start: int, end: int) -> str:
+def context_type(grammar, lines: Sequence[str], row: int, start: int, end: int, parsed: dict | None = None) -> str:
     """The same for `lines` as they were before an edit (a `Before` window, at most a few
-    thousand lines: parsed once per edit event the change rule follows, a few milliseconds),
-    so the user's site and the sites not yet changed are compared as the same text."""
+    thousand lines: parsed once per edit event the change rule follows, a few milliseconds;
+    `parsed`, when given, keeps the tree for the event's other token runs), so the user's site
+    and the sites not yet changed are compared as the same text."""
     if not 0 <= row < len(lines):
         return ""
-    tree = new_parser(grammar).parse("".join(lines).encode("utf-8", "surrogatepass"))
-    return _covering(tree, body(lines[row]), row, start, end)
+    parsed = {} if parsed is None else parsed
+    if "tree" not in parsed:
+        parsed["tree"] = new_parser(grammar).parse("".join(lines).encode("utf-8", "surrogatepass"))
+    return _covering(parsed["tree"], body(lines[row]), row, start, end)

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..core.history import EditHistory
 from ..core.inference import judge_edits
+from ..core.refill import refill_edits, refill_row
 
 from ..core import nextedit
 from ..core.document import Document, body
@@ -194,10 +195,12 @@ class Result:
     ms: float
 
 
-def propose(engine, text: str, changes: list, margin: float) -> tuple[Document, list[str], list, float]:
+def propose(engine, text: str, changes: list, margin: float, refill: bool = False
+            ) -> tuple[Document, list[str], list, float]:
     """`text` opened as a document, the user's `changes` (LSP ranges, UTF-16 columns) applied
     and recorded as the session records them, then the server's next-edit path: the rules'
-    candidates, the model's judgement, timed together. (document, lines before, edits, ms)."""
+    candidates, the model's judgement, and with `refill` the model's rewrite of the next line
+    where the rules find nothing, timed together. (document, lines before, edits, ms)."""
     doc = _doc(text)
     before = list(doc.lines)
     history = EditHistory()
@@ -208,6 +211,8 @@ def propose(engine, text: str, changes: list, margin: float) -> tuple[Document, 
     props = nextedit.candidates(before, doc, events[-1])
     if props:
         props = judge_edits(engine, tuple(doc.lines), props, events, margin)
+    elif refill and (row := refill_row(doc, events[-1])) is not None:
+        props = refill_edits(engine, tuple(doc.lines), row, events, margin)
     return doc, before, props, (time.perf_counter() - t0) * 1000
 
 

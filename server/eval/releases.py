@@ -252,8 +252,8 @@ def score(s: Scenario, lines: list[str], props: list, ms: float = 0.0) -> Score:
     return out
 
 
-def run_scenario(engine, s: Scenario, margin: float) -> Score:
-    doc, _, props, ms = propose(engine, "".join(s.file.old), [user_change(s)], margin)
+def run_scenario(engine, s: Scenario, margin: float, refill: bool = False) -> Score:
+    doc, _, props, ms = propose(engine, "".join(s.file.old), [user_change(s)], margin, refill)
     return score(s, doc.lines, props, ms)
 
 
@@ -299,8 +299,8 @@ def release_pairs(root: Path) -> list[tuple[str, Path, Path]]:
 
 
 def evaluate_pair(label: str, old_dir: Path, new_dir: Path, engine, limit: int, seed: int,
-                  margin: float) -> tuple[dict, list[Score]]:
-    scores = [run_scenario(engine, s, margin)
+                  margin: float, refill: bool = False) -> tuple[dict, list[Score]]:
+    scores = [run_scenario(engine, s, margin, refill)
               for s in build_scenarios(label, release_files(old_dir, new_dir), limit, seed)]
     return summarize(scores), scores
 
@@ -310,16 +310,17 @@ def evaluate_releases(root: Path, engine, limit: int = 100, seed: int = 0, margi
     return _report([(label, a, b) for label, a, b in release_pairs(root)], engine, limit, seed, margin)
 
 
-def _report(pairs, engine, limit: int, seed: int, margin: float) -> dict:
+def _report(pairs, engine, limit: int, seed: int, margin: float, refill: bool = False) -> dict:
     packages, pooled = {}, []
     for label, a, b in pairs:
-        packages[label], scores = evaluate_pair(label, a, b, engine, limit, seed, margin)
+        packages[label], scores = evaluate_pair(label, a, b, engine, limit, seed, margin, refill)
         pooled += scores
     return {"model": None if engine is None else engine.name, "limit": limit, "seed": seed, "margin": margin,
-            "packages": packages, "overall": summarize(pooled)}
+            "refill": refill, "packages": packages, "overall": summarize(pooled)}
 
 
-def run(old_dir_or_root: Path, new_dir: Path | None, engine, limit: int, seed: int, margin: float) -> dict:
+def run(old_dir_or_root: Path, new_dir: Path | None, engine, limit: int, seed: int, margin: float,
+        refill: bool = False) -> dict:
     """The report for one pair (OLD_DIR NEW_DIR) or, without `new_dir`, for every pair under a
     ROOT/NAME/VERSION folder. Raises ValueError for a folder that is not there or holds none."""
     for d in (old_dir_or_root, new_dir):
@@ -333,7 +334,7 @@ def run(old_dir_or_root: Path, new_dir: Path | None, engine, limit: int, seed: i
         pairs = release_pairs(Path(old_dir_or_root))
         if not pairs:
             raise ValueError(f"{old_dir_or_root}: no NAME/VERSION folders with two versions")
-    return _report(pairs, engine, limit, seed, margin)
+    return _report(pairs, engine, limit, seed, margin, refill)
 
 
 def format_table(report: dict) -> str:

@@ -14,7 +14,10 @@ the Inference: one engine, one model in memory, one executor every engine call r
                             Mercury's prompt tags; the rewritten code_to_edit region, or
                             JSON null for "no edit"
   GET  /v1/models
-  GET  /v1/redraft/stats    the HTTP side's counters (stats.py), with `model` and `model_error`
+  GET  /v1/redraft/stats    the HTTP side's counters (stats.py), with `model`, `model_error` and,
+                            with a remote engine, `remote` (its breaker's state and failures)
+  /v1/redraft/engine/...    the engine protocol (engine_routes.py), for `redraft serve
+                            --engine-url` clients: this server's engine, on its executor
 
 A completion goes the LSP server's way: prefix and suffix become a document with the cursor
 between them, a snapshot (the mode at the cursor, except that "nothing" becomes LINE: an HTTP
@@ -64,9 +67,11 @@ from starlette.routing import Route
 from redraft.engine import DEFAULT_MODEL, SHIPPED, CancelFlag, Cancelled, EngineError, Stats, resolve
 
 from ..core.inference import Inference
+from ..core.remote import RemoteEngine
 from ..core.settings import ServerConfig
 from . import templates
 from .engine import ApiChoice, ApiError, complete_fim, rewrite
+from .engine_routes import engine_routes
 from .stats import HttpCounters
 
 
@@ -108,7 +113,8 @@ def build_app(inference: Inference, config: ServerConfig, token: str | None = No
               ("/v1/edit/completions", api.edit, OPENAI, "POST"), ("/v1/models", api.models, OPENAI, "GET"),
               ("/v1/redraft/stats", api.stats_route, OPENAI, "GET")]
     app = Starlette(routes=[Route(path, api.route(handler, family, path), methods=[method])
-                            for path, handler, family, method in routes],
+                            for path, handler, family, method in routes]
+                    + engine_routes(lambda: inference.engine, token, executor=inference.executor),
                     exception_handlers={404: not_found, 405: not_found})
     app.state.stats = api.stats
     return app
@@ -264,7 +270,8 @@ class _Api:
     async def stats_route(self, request: Request) -> Response:
         engine = self.inference.engine
         return JSONResponse({**self.stats.as_dict(), "model": None if engine is None else engine.name,
-                             "model_error": self.inference.load_error})
+                             "model_error": self.inference.load_error,
+                             **({"remote": engine.status()} if isinstance(engine, RemoteEngine) else {})})
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
@@ -329,7 +336,10 @@ class _Api:
         folder = engine.path if loaded else _shipped_folder(name)
         files = list(folder.glob("*.safetensors")) if folder is not None else []
         stamp = max((f.stat().st_mtime for f in files), default=0.0)
-        info = engine.info() if loaded else None
+        try:
+            info = engine.info() if loaded else None
+        except EngineError:  # a remote engine that has not answered yet
+            info = None
         return {"modified_at": datetime.fromtimestamp(stamp, timezone.utc).isoformat().replace("+00:00", "Z"),
                 "size": sum(f.stat().st_size for f in files),
                 "digest": uuid.uuid5(uuid.NAMESPACE_URL, f"{name}:{stamp}").hex,

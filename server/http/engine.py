@@ -20,6 +20,7 @@ from redraft.engine import CancelFlag, Cancelled, Stats
 from ..core import context, postprocess
 from ..core.context import AskedMode, Mode, Snapshot, own_drafts, text_snapshot
 from ..core.inference import Inference, answer, fill
+from ..core.remote import RemoteUnavailable
 from ..core.settings import ServerConfig
 from . import templates
 from .templates import Params
@@ -88,14 +89,17 @@ def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: Se
     if snap.mode is Mode.NONE:
         return [ApiChoice("", "stop", None)] * p.n
     budget = config.block_tokens if snap.mode is Mode.BLOCK else config.line_tokens
-    base = engine.sampler
-    if p.temperature is not None:
+    try:
+        base = engine.sampler
+    except RemoteUnavailable:  # a remote engine away: `answer` answers from drafts
+        base = None
+    if p.temperature is not None and base is not None:
         base = base.with_(temperature=p.temperature)
     out = []
     for i in range(p.n):
         preview = None if on_preview is None else (lambda text, step, masked, i=i: on_preview(i, text))
         t0 = time.perf_counter()
-        o = answer(engine, snap, flag, preview, sampler=base.with_(seed=base.seed + i))
+        o = answer(engine, snap, flag, preview, sampler=None if base is None else base.with_(seed=base.seed + i))
         ms = (time.perf_counter() - t0) * 1000
         if flag.is_set():
             raise Cancelled()
@@ -112,8 +116,15 @@ def rewrite(inference: Inference, ep: templates.EditPrompt, p: Params, config: S
             on_preview: Callable[[int, str], None] | None = None) -> ApiChoice:
     """Mercury's next edit: the region masked and re-filled, conditioned on the rest of the
     file and seeded with the region itself; text None ("no edit") when the fill equals the
-    region or the model abstains."""
-    engine = _engine(inference)
+    region or the model abstains; 503 when a remote engine is away (no draft stands in for a rewrite)."""
+    try:
+        return _rewrite(_engine(inference), ep, p, config, flag, on_preview)
+    except RemoteUnavailable as e:
+        raise ApiError(503, str(e)) from None
+
+
+def _rewrite(engine, ep: templates.EditPrompt, p: Params, config: ServerConfig, flag: CancelFlag,
+             on_preview: Callable[[int, str], None] | None) -> ApiChoice:
     t0 = time.perf_counter()
     n = engine.count_tokens(ep.region)
     if n > MAX_EDIT_TOKENS:

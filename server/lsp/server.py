@@ -11,7 +11,9 @@ Custom surface: `redraft/stats` and `redraft/document` ({uri} -> {uri, version, 
 and `textDocument/didPartiallyAcceptCompletion` (notifications), the accept command
 `redraft.accept` through `workspace/executeCommand`, `redraft/preview` notifications (the
 engine's text after every denoising step, for clients that set `streamPreviews`), and
-`$/progress` while the model loads (clients with `window.workDoneProgress`), and next-edit
+`$/progress` while the model loads (clients with `window.workDoneProgress`), one
+window/showMessage when a remote engine (`--engine-url`) stops answering and one when it
+answers again (completions come from drafts meanwhile), and next-edit
 suggestions: Copilot's `textDocument/copilotInlineEdit` (+ `textDocument/didShowInlineEdit`
 and the `redraft.acceptEdit` command) and, for every other client, a quick-fix code action
 applying the same edits, always for the document version they were computed on.
@@ -112,6 +114,9 @@ class _Loader:
         self.watched = None  # the load whose outcome the client is told
         self.answered_initialize = False
         self.initialized = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # once `initialize` arrives
+        self.health: tuple[bool, str] | None = None  # a remote engine's news, kept until the client can hear it
+        self.told_down = False  # the client was told of the remote engine's outage
 
     def message(self, text: str, kind: T.MessageType = T.MessageType.Warning, logged: bool = False) -> None:
         """One window/showMessage; also one line in the log (which ClientLog forwards to the
@@ -163,6 +168,33 @@ class _Loader:
         self.initialized = True
         if self.loading is not None:
             asyncio.get_running_loop().create_task(self.report_progress(self.loading))
+        if self.health is not None:
+            self._tell_health(*self.health)
+
+    def remote_health(self, up: bool, why: str) -> None:
+        """A remote engine's outage began (up False) or ended (from the engine's thread): one
+        message each, once the client can hear it."""
+        loop = self.loop
+        if loop is None:
+            self.health = (up, why)
+            return
+        try:
+            loop.call_soon_threadsafe(self._tell_health, up, why)
+        except RuntimeError:  # the loop has closed: the server is going
+            pass
+
+    def _tell_health(self, up: bool, why: str) -> None:
+        if not self.initialized:
+            self.health = (up, why)
+            return
+        self.health = None
+        if not up:
+            self.session.stats.remote_outages += 1
+            self.told_down = True
+            self.message(f"{why}; answering from drafts until it is back")
+        elif self.told_down:
+            self.told_down = False
+            self.message("the remote engine answers again", T.MessageType.Info)
 
     async def report_progress(self, load) -> None:
         """`$/progress` (server-initiated) while the model loads, when the client supports it."""
@@ -206,6 +238,7 @@ def build_server(config: ServerConfig | None = None, inference: Inference | None
     session = Session(config or ServerConfig(), inference or Inference())
     server.session = session  # for tests and embedding; handlers close over it
     server.loader = loader = _Loader(server, session)
+    session.inference.on_remote = loader.remote_health
     _lifecycle(server, session, loader)
     _documents(server, session)
     _completions(server, session)
@@ -219,6 +252,7 @@ def _lifecycle(server: LanguageServer, session: Session, loader: _Loader) -> Non
     @server.feature(T.INITIALIZE)
     @guarded(session, T.INITIALIZE)
     def initialize(ls: LanguageServer, params: T.InitializeParams) -> None:
+        loader.loop = asyncio.get_running_loop()
         if not client_log:
             loop = asyncio.get_running_loop()
             client_log.append(ClientLog(server, loop))

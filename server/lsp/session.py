@@ -41,6 +41,8 @@ from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Inference, a
                               judge_edits)
 from ..core.languages import syntax_for
 from ..core.postprocess import Edit
+from ..core.refill import refill_edits, refill_row
+from ..core.remote import RemoteEngine
 from .scheduler import Scheduler
 from .stats import Counters
 
@@ -146,14 +148,15 @@ class Session:
 
     def configure(self, options) -> tuple[list[str], bool]:
         """Apply client settings; returns the problems found (those fields keep their values)
-        and whether the model, device or dtype changed (the caller then reloads)."""
+        and whether the model, device, dtype or engine URL changed (the caller then reloads)."""
         new, problems = settings.parse(options, self.config)
         old, self.config = self.config, new
-        return problems, (new.model, new.device, new.dtype) != (old.model, old.device, old.dtype)
+        return problems, ((new.model, new.device, new.dtype, new.engine_url)
+                          != (old.model, old.device, old.dtype, old.engine_url))
 
     def load_model(self, wait: Callable[[], None] | None = None) -> Future:
         c = self.config
-        return self.inference.load(c.model, c.device, c.dtype, wait)
+        return self.inference.load(c.model, c.device, c.dtype, wait, url=c.engine_url)
 
     # -- documents -----------------------------------------------------------------------
 
@@ -180,6 +183,9 @@ class Session:
             if st.history.record(change, now):
                 st.event_before = before
         self._reindex(uri, st)
+        # Edits judged for the text before this change are stale: free the engine for the
+        # completion that follows (a judged set reads up to 8 places, ~100 ms each on a CPU).
+        self.scheduler.supersede(uri + "#edits")
         if st.expect is not None:
             self._prefetch_if_accepted(uri, st)
         self._debounce_edits(uri, st)
@@ -280,6 +286,8 @@ class Session:
             return False, None
         if answer.ran_model:
             self.stats.model_runs += 1
+        if answer.fallback:
+            self.stats.remote_fallbacks += 1
         self.stats.count_source(answer)
         if answer.edit is not None and self.docs.get(uri) is st:  # it may have closed meanwhile
             st.shown = Suggestion(snap.row, snap.left, snap.right, snap.nlines, answer.edit)
@@ -363,12 +371,19 @@ class Session:
             return doc.version, []
         at = doc.version
         found = nextedit.candidates(st.event_before, doc, events[-1], events[-2] if len(events) > 1 else None)
+        job = None
+        reach = max(EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS) + 1  # lines of >= 1 character: all the judge reads
         if found and can_judge_edits(self.inference.engine):
-            reach = max(EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS) + 1  # lines of >= 1 character: all the judge reads
             rows = nextedit.Rows(doc.lines, min(p.row for p in found) - reach, max(p.row for p in found) + reach)
             job = partial(judge_edits, self.inference.engine, rows, found, events, self.config.edit_margin)
+        elif not found and self.config.next_edit_refill and can_judge_edits(self.inference.engine) \
+                and (row := refill_row(doc, events[-1])) is not None:
+            rows = nextedit.Rows(doc.lines, row - reach, row + reach)
+            job = partial(refill_edits, self.inference.engine, rows, row, events, self.config.edit_margin)
+        if job is not None:
             done, found = await self.scheduler.run(uri + "#edits", job)
             if not done:
+                self.stats.edits_dropped += 1
                 return at, []
         st = self.docs.get(uri)
         if st is None or st.doc.version != at:
@@ -445,4 +460,6 @@ class Session:
         d["model"] = None if self.inference.engine is None else self.inference.engine.name
         d["model_state"] = self.inference.state
         d["model_error"] = self.inference.load_error
+        engine = self.inference.engine
+        d["remote"] = engine.status() if isinstance(engine, RemoteEngine) else None
         return d

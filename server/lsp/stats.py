@@ -43,8 +43,11 @@ class Counters:
     sources: dict = field(default_factory=dict)  # what answered: model / buffer / open / recent -> count
     draft_tokens_kept: int = 0  # draft tokens the model kept, over all answers from drafts
     edits_proposed: int = 0  # next edits proposed (after the model's judgement)
+    edits_dropped: int = 0  # next-edit judgements stopped part-way: the document changed (or a newer ask)
     edits_shown: int = 0  # textDocument/didShowInlineEdit
     edits_accepted: int = 0  # the accept-edit command
+    remote_fallbacks: int = 0  # completions the remote engine failed, answered from drafts (or nothing)
+    remote_outages: int = 0  # times the remote engine went away (each told to the client once)
     latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     engine_latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # those that ran it
 

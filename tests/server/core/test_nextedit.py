@@ -265,3 +265,62 @@ def test_a_parameter_appended_with_more_calls_than_the_limit_reaches_them_all():
     props = nextedit.proposals(nextedit.intent(before, doc, 0, 0), doc)
     assert len(props) == 12 > nextedit.MAX_PROPOSALS and all(p.whole for p in props)
     assert all(p.proposed.endswith(".0, scale)") for p in props)
+
+
+# -- one event, several token runs -----------------------------------------------------------
+
+def line_replaced(text: str, row: int, new_line: str) -> list[tuple[int, str]]:
+    """Row `row` replaced whole (as an editor sends a line it rewrote), then every proposal."""
+    doc = Document("file:///t.py", text, 1, "python", syntax_for("python"))
+    before = list(doc.lines)
+    doc.apply([((row, 0, row, len(doc.lines[row].rstrip("\n"))), new_line)], 2)
+    return [(p.row, p.proposed) for p in nextedit.proposals(nextedit.intents(before, doc, row, row), doc)]
+
+
+def test_insertions_made_together_follow_together_where_each_applies():
+    text = ("def area(width, height):\n    return width * height\n\n\n"
+            "def volume(width, height, depth):\n    return area(width, height) * depth\n\n\n"
+            "def label(height):\n    return str(height)\n\n\n"
+            "width, height = 3, 4\n")
+    # both parameters annotated: the other signatures take what applies to them, the call's
+    # arguments and the assignment's targets (other kinds of node) nothing
+    assert line_replaced(text, 0, "def area(width: float, height: float):") == [
+        (4, "def volume(width: float, height: float, depth):"), (8, "def label(height: float):")]
+
+
+def test_a_rewrite_in_parts_is_not_followed_part_by_part():
+    text = ("def check(data):\n    if not is_bytes(data):\n        raise TypeError(data)\n"
+            "    return is_bytes(data)\n")
+    # `is_bytes(x)` -> `isinstance(x, bytes)` is no rename plus an argument
+    assert line_replaced(text, 1, "    if not isinstance(data, bytes):") == []
+    # `not x` -> `x is None`: no deletion of `not` elsewhere
+    text = "if not options:\n    pass\nif not isinstance(a, B):\n    pass\n"
+    assert line_replaced(text, 0, "if options is None:") == []
+
+
+def test_requoting_a_string_requotes_the_strings_nearby_that_read_the_same():
+    text = ("A = 'x'\nB = 'y'\nC = \"it's\"\nD = 'say \"hi\"'\n# E = 'a comment'\n"
+            "F = '''doc'''\nG = f('z', b'w')\n")
+    # not a string holding the new quote, a comment, a triple quote; bytes literals too
+    assert line_replaced(text, 0, 'A = "x"') == [(1, 'B = "y"'), (6, 'G = f("z", b"w")')]
+
+
+def test_requoting_reaches_past_the_limit_as_one_set():
+    text = "".join(f"K{i} = 'k{i}'\n" for i in range(20))
+    props = line_replaced(text, 0, 'K0 = "k0"')
+    assert [r for r, _ in props] == list(range(1, 20)) and props[-1] == (19, 'K19 = "k19"')
+
+
+@pytest.mark.parametrize("original,proposed", [("    y = f(b)", "     z"), ("a = b", "a  = b"), ("f(x)", "f( x )"),
+                                               ("x = 1", "x = 1  # one"), ("  pass", "pass")])
+def test_small_edit_reproduces_the_proposed_line_when_the_spacing_changes(original, proposed):
+    start, end, text = nextedit.small_edit(original, proposed)
+    assert original[:start] + text + original[end:] == proposed
+
+
+def test_requoting_a_docstring_requotes_the_other_triple_quoted_strings():
+    text = ("def f():\n    '''Add.'''\n\n\ndef g():\n    '''\n    Sub.\n    '''\n\n\n"
+            "def h():\n    '''Say \"\"\"hi\"\"\".'''\n    x = \"'''\"  # not a triple quote\n")
+    # not the string holding the new triple quote (it would end early), not a triple inside a
+    # one-line string
+    assert line_replaced(text, 1, '    """Add."""') == [(5, '    """'), (7, '    """')]

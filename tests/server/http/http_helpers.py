@@ -3,34 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 from redraft.server.core.settings import ServerConfig
-from redraft.server.http.app import listen, make_server
+from serving import Running  # noqa: F401  (the tests import it from here)
 
 CONFIG = ServerConfig(line_tokens=6, block_tokens=6, max_lines=2)
 TOKEN = "s3cret"
-
-
-class Running:
-    """uvicorn serving `app` on a free local port, on a thread."""
-
-    def __init__(self, app):
-        self.sock = listen("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = make_server(app)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 10
-        while not self.server.started:
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.01)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
 
 
 def on_engine(inference, fn):

@@ -254,9 +254,9 @@ def test_slow_bodies_are_408(server):
     before = settled(server)
     port = int(server.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        t0 = time.monotonic()  # before the server can start its clock
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"prompt\": ")
-        t0 = time.monotonic()
         reply = b""
         while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
             part = sock.recv(4096)

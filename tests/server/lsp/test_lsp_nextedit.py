@@ -125,3 +125,40 @@ async def test_undoing_an_edit_proposes_nothing(client: LanguageClient):
     assert await inline_edits(client, uri, 4, 1, 17) == []
     document = await client.protocol.send_request_async("redraft/document", {"uri": uri})
     assert document.text == "def area(r):\n    return radius\n" and document.version == 4
+
+
+SIGNATURES = ("def area(width, height):\n    return width * height\n\n\n"
+              "def volume(width, height, depth):\n    return area(width, height) * depth\n")
+
+
+async def test_two_annotations_in_one_edit_are_proposed_together_where_they_apply(client: LanguageClient):
+    """One didChange rewrites the signature line (two parameters annotated); the other
+    signature takes both in one edit; the call's arguments take none."""
+    uri = "file:///work/signatures.py"
+    open_doc(client, uri, SIGNATURES)
+    edit(client, uri, 2, 0, 0, "def area(width: float, height: float):", end=(0, len("def area(width, height):")))
+    edits = await inline_edits(client, uri, 2, 0, 0)
+    assert [(e.range.start.line, e.range.start.character, e.range.end.character, e.text) for e in edits] == [
+        (4, 16, 24, ": float, height: float")]
+    document = await client.protocol.send_request_async("redraft/document", {"uri": uri})
+    assert document.text.startswith("def area(width: float, height: float):\n") and document.version == 2
+
+
+async def test_a_change_stops_the_judging_of_edits_for_the_text_before_it(client: LanguageClient):
+    """The model judging a set of places for version 2 is stopped by the change to version 3
+    that arrives meanwhile (counted), instead of holding the engine for a stale answer."""
+    import asyncio
+
+    uri = "file:///work/many-classes.py"
+    many = "".join(f"class Part{i}(object):\n    size = {i}\n\n\n" for i in range(12))
+    open_doc(client, uri, many)
+    col = many.index("(object)")
+    edit(client, uri, 2, 0, col, "", end=(0, col + len("(object)")))
+    before = (await stats(client))["edits_dropped"]
+    asked = asyncio.ensure_future(inline_edits(client, uri, 2, 0, col))  # judging 8 places starts
+    await asyncio.sleep(0)  # the request is on its way before the change
+    edit(client, uri, 3, 1, 4, "total_", end=(1, 4))
+    assert await asked == []
+    assert (await stats(client))["edits_dropped"] == before + 1
+    document = await client.protocol.send_request_async("redraft/document", {"uri": uri})
+    assert document.version == 3 and document.text.startswith("class Part0:\n    total_size = 0\n")

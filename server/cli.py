@@ -4,6 +4,7 @@ download a checkpoint, check the installation (doctor).
 Positions are FILE:LINE:COL as compilers print them: 1-based line, 1-based character column,
 the cursor just before character COL (COL = length + 1 is the end of the line).
 
+The eval commands live in cli_eval.py, what the commands share in cli_common.py.
 Commands import what they use when they run: importing torch is most of a `complete`, and
 `--help` or a bad argument should not wait for it.
 """
@@ -11,18 +12,16 @@ Commands import what they use when they run: importing torch is most of a `compl
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from . import doctor
+from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, print_json
+from .cli_eval import eval_parser
 from .cluster import command as cluster_command
 from .http import DEFAULT_PORT
-
-EXIT_USAGE = 2
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
@@ -54,10 +53,6 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-class UserError(Exception):
-    """A problem with what the user asked for; printed without a traceback."""
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="redraft", description="Local edit prediction with a diffusion code model.")
     sub = p.add_subparsers(metavar="COMMAND")
@@ -81,12 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--engine-timeout", type=float, default=None, metavar="S",
                     help="with --engine-url: seconds a request to the engine may take before drafts answer "
                          "instead (default 10)")
-    _model_args(sv)
+    model_args(sv)
     sv.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="log level on stderr (default WARNING)")
     sv.set_defaults(run=_serve)
     _complete_parser(sub)
-    _eval_parser(sub)
+    eval_parser(sub)
 
     tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (see README)",
                         add_help=False)
@@ -100,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 
     dr = sub.add_parser("doctor", help="check the installation: Python, torch, device and dtype, the model, "
                                        "the tree-sitter grammars")
-    _model_args(dr)
+    model_args(dr)
     dr.set_defaults(run=lambda args: doctor.run(args), quick_exit=True)
 
     cl = sub.add_parser("cluster", help="serve the engine from Ray Serve replicas, a document's requests on one "
@@ -113,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
 def _complete_parser(sub) -> None:
     c = sub.add_parser("complete", help="complete the code at FILE:LINE:COL and print the text")
     c.add_argument("position", metavar="FILE:LINE:COL")
-    _model_args(c)
+    model_args(c)
     c.add_argument("--span", type=int, default=None, help="span budget in tokens (default: the server's, "
                                                           "16 for a line, 48 for a block)")
     c.add_argument("--threshold", type=float, default=None,
@@ -121,65 +116,12 @@ def _complete_parser(sub) -> None:
     c.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
                    help="drafts from the file itself: seed the model with them (default), use them alone, "
                         "or not at all")
-    _cache_arg(c)
+    cache_arg(c)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
     c.add_argument("--timings", action="store_true",
                    help="say on stderr where the time went (start-up, snapshot, drafts, import, load, engine)")
     c.set_defaults(run=_complete, quick_exit=True)
-
-
-def _eval_parser(sub) -> None:
-    ev = sub.add_parser("eval", help="offline evaluations of a model")
-    ev.set_defaults(run=lambda _: (ev.print_help(), EXIT_USAGE)[1], quick_exit=True)
-    tasks = ev.add_subparsers(metavar="TASK")
-    ei = tasks.add_parser("infill", help="infill at sampled cursor positions of the Python files under DIR")
-    _eval_args(ei, "cursor samples", "rest_of_line,next_line,block,node")
-    ei.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
-                    help="drafts from the same file: seed the model (the server's default), alone, or off")
-    _cache_arg(ei)
-    ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
-                    help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
-    ei.set_defaults(run=_eval_infill)
-
-    ne = tasks.add_parser("next-edit", help="next-edit scenarios made from the Python files under DIR (renames, "
-                                            "added parameters, repeated literals), or real edits (--releases)")
-    _eval_args(ne, "scenarios", "rename_param,rename_local,add_param,literal", files_required=False)
-    ne.add_argument("--releases", nargs="+", type=Path, metavar="DIR",
-                    help="real edits instead: OLD_DIR NEW_DIR (two releases of one package), or a ROOT of "
-                         "NAME/VERSION folders (python -m redraft.server.eval.releases fetch ROOT); --limit is "
-                         "then scenarios per package")
-    ne.add_argument("--margin", type=float, default=None,
-                    help="drop a proposal the model likes less than the text as it is by more than this "
-                         "(mean log-prob; default: the server's)")
-    ne.add_argument("--no-model", action="store_true", help="the proposals alone, without the model's judgement")
-    ne.add_argument("--refill", action="store_true",
-                    help="with --releases: where no rule applies, the model rewrites the line after the edit "
-                         "(the nextEditRefill setting)")
-    ne.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    ne.set_defaults(run=_eval_next_edit)
-
-
-def _cache_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache", choices=["on", "off"], default="off",
-                   help="the cache model: tokens copied from matching code in the file mixed into the model's "
-                        "predictions (default off, as in the server)")
-
-
-def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str, files_required: bool = True) -> None:
-    p.add_argument("--files", required=files_required, type=Path, metavar="DIR", help="folder searched for *.py files")
-    _model_args(p)
-    p.add_argument("--limit", type=int, default=100, help=f"{what} per kind (default 100)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--kinds", default=None, help=f"comma-separated kinds (default {kinds})")
-
-
-def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="checkpoint folder, shipped name, or pulled HF id "
-                                                 "(default: the shipped redraft-diffusion)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
 
 
 def parse_position(position: str) -> tuple[Path, int, int]:
@@ -201,14 +143,6 @@ def split_at(text: str, line: int, col: int) -> tuple[str, str]:
         raise UserError(f"column {col} is outside line {line} (1..{len(body) + 1})")
     offset = sum(len(s) for s in lines[: line - 1]) + col - 1
     return text[:offset], text[offset:]
-
-
-def _load_engine(args):
-    from redraft.engine import DEFAULT_MODEL, Engine, EngineError
-    try:
-        return Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
-    except (EngineError, ValueError) as e:
-        raise UserError(str(e)) from None
 
 
 def _serve(args) -> int:
@@ -358,7 +292,7 @@ def _complete(args) -> int:
                         span_tokens=s.span_tokens, stats=s.as_dict())
         if args.timings:
             data["timings_ms"] = clock.summary()
-        _print_json(data)
+        print_json(data)
     else:
         sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n"))
     if answer.edit is None:  # the empty line is the answer; stderr says why there was nothing
@@ -417,7 +351,7 @@ class _Loading:
             t0 = time.perf_counter()
             from redraft.engine import Engine  # noqa: F401  (torch: the import is timed apart from the load)
             t1 = time.perf_counter()
-            self.engine = _load_engine(self.args)
+            self.engine = load_engine(self.args)
             t2 = time.perf_counter()
             self.clock.laps["import (thread)"] = (t1 - t0) * 1000
             self.clock.laps["load (thread)"] = (t2 - t1) * 1000
@@ -431,12 +365,6 @@ class _Loading:
         return self.engine
 
 
-def _print_json(data) -> None:
-    """One JSON document and a newline (a shell prompt or `jq -c` then starts on a line of its own)."""
-    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
-
-
 def _why_nothing(snap, answer) -> str:
     if snap.mode.value == "none":
         return f"the server does not complete at this position ({snap.reason})"
@@ -445,112 +373,6 @@ def _why_nothing(snap, answer) -> str:
     if answer.ran_model:
         return "what the model wrote was dropped (it repeats the text after the cursor, or adds a parse error)"
     return "no draft (no earlier match of the text before the cursor) and no model"
-
-
-def _eval_infill(args) -> int:
-    from .eval.infill import format_table, parse_kinds, report, run
-    from .eval.samples import load_sources
-    from .core.settings import ServerConfig
-    try:
-        kinds = parse_kinds(args.kinds)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    if args.limit < 1:
-        raise UserError(f"--limit must be at least 1, got {args.limit}")
-    if not args.files.is_dir():
-        raise UserError(f"{args.files}: not a folder")
-    sources, skipped = load_sources(args.files)
-    for path in skipped:
-        print(f"redraft: skipping {path} (not UTF-8 text)", file=sys.stderr)
-    if not sources:
-        raise UserError(f"{args.files}: no readable *.py files")
-    if args.plot is not None:
-        _check_plot(args.plot)
-    engine = None if args.drafts == "only" else _load_engine(args)
-    if engine is not None:
-        engine.with_sampler(seed=args.seed)
-    config = ServerConfig(drafts=args.drafts, cache=args.cache == "on")
-    outcomes = run(engine, sources, kinds, args.limit, args.seed, config)
-    rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
-    if args.json:
-        _print_json(rep)
-    else:
-        print(format_table(rep))
-    if args.plot is not None:
-        from .eval.plot import plot_report
-        plot_report(rep, args.plot)
-    return 0
-
-
-def _check_plot(path: Path) -> None:
-    """Fail before the run, not after it, when the figure cannot be written."""
-    from .eval.plot import check
-    try:
-        check()
-    except ImportError:
-        raise UserError("--plot needs matplotlib (pip install 'redraft[train]')") from None
-    if not path.parent.is_dir():
-        raise UserError(f"--plot {path}: no folder {path.parent}")
-
-
-def _eval_next_edit(args) -> int:
-    if args.releases is not None:
-        return _eval_releases(args)
-    if args.files is None:
-        raise UserError("next-edit needs --files DIR or --releases")
-    from .eval.nextedit import KINDS, run
-    from .eval.samples import load_sources
-    from .core.settings import ServerConfig
-    kinds = list(KINDS) if args.kinds is None else [k.strip() for k in args.kinds.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in KINDS]
-    if bad or not kinds:
-        raise UserError(f"unknown kind(s) {', '.join(bad) or repr(args.kinds)} (choose from {', '.join(KINDS)})")
-    if args.limit < 1:
-        raise UserError(f"--limit must be at least 1, got {args.limit}")
-    if not args.files.is_dir():
-        raise UserError(f"{args.files}: not a folder")
-    sources, _ = load_sources(args.files)
-    if not sources:
-        raise UserError(f"{args.files}: no readable *.py files")
-    engine = None if args.no_model else _load_engine(args)
-    margin = ServerConfig().edit_margin if args.margin is None else args.margin
-    rep = {"model": None if engine is None else engine.name, "files": len(sources), "seed": args.seed,
-           "margin": margin, "kinds": run(engine, sources, kinds, args.limit, args.seed, margin)}
-    if args.json:
-        _print_json(rep)
-    else:
-        print(f"model {rep['model']}, {rep['files']} files, seed {args.seed}, margin {margin}")
-        print(f"{'kind':14} {'n':>4} {'precision':>9} {'recall':>7} {'reversal':>8} {'p50_ms':>8} {'p95_ms':>8}")
-        for kind, r in rep["kinds"].items():
-            def f(v, fmt):
-                return "-" if v is None else format(v, fmt)
-            print(f"{kind:14} {r['n']:>4} {f(r['precision'], '.3f'):>9} {f(r['recall'], '.3f'):>7} "
-                  f"{f(r['reversal_ratio'], '.3f'):>8} {f(r['p50_ms'], '.1f'):>8} {f(r.get('p95_ms'), '.1f'):>8}")
-    return 0
-
-
-def _eval_releases(args) -> int:
-    from .core.settings import ServerConfig
-    from .eval.releases import format_table, run
-    if len(args.releases) > 2:
-        raise UserError("--releases takes OLD_DIR NEW_DIR, or one ROOT of NAME/VERSION folders")
-    if args.limit < 1:
-        raise UserError(f"--limit must be at least 1, got {args.limit}")
-    for d in args.releases:
-        if not d.is_dir():
-            raise UserError(f"{d}: not a folder")
-    engine = None if args.no_model else _load_engine(args)
-    margin = ServerConfig().edit_margin if args.margin is None else args.margin
-    try:
-        rep = run(args.releases[0], args.releases[1] if len(args.releases) == 2 else None, engine,
-                  args.limit, args.seed, margin, args.refill)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    if args.json:
-        _print_json(rep)
-    else:
-        print(format_table(rep))
-    return 0
 
 
 def _train(args) -> int:

@@ -160,3 +160,16 @@ def test_the_parse_check_neither_warns_nor_changes_the_process_warning_filters()
         assert postprocess._python_error('path = "C:\\d"\n') is None
         assert postprocess._python_error("x = y:\nz = 1\n") == (1, 6)
         assert warnings.filters == before
+
+
+def test_only_a_line_the_user_started_is_read_by_cpython():
+    """CPython reads the statement only when the cursor line holds text already: on a fresh line
+    it rejected right next lines and blocks on held-out code (a window cut mid-statement), so
+    there tree-sitter's error count judges alone. `print "x"` is a statement tree-sitter-python
+    accepts (Python 2's) and CPython rejects: it tells the two judges apart."""
+    text = "def show(x):\n    if x:\n        \n    return x\n"
+    fresh = text.index("        \n") + 8
+    assert with_draft(text, fresh, 'print "x"') is not None
+    started = text.replace("        \n", "        pri\n")
+    assert with_draft(started, started.index("pri\n") + 3, 'nt "x"') is None
+    assert with_draft(started, started.index("pri\n") + 3, 'nt("x")') is not None

@@ -1,0 +1,41 @@
+"""What the `redraft` command's modules share: the usage exit status, user errors, the model
+and cache options, loading an engine, printing JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """A problem with what the user asked for; printed without a traceback."""
+
+
+def cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache", choices=["on", "off"], default="off",
+                   help="the cache model: tokens copied from matching code in the file mixed into the model's "
+                        "predictions (default off, as in the server)")
+
+
+def model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="checkpoint folder, shipped name, or pulled HF id "
+                                                 "(default: the shipped redraft-diffusion)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+
+
+def load_engine(args):
+    from redraft.engine import DEFAULT_MODEL, Engine, EngineError
+    try:
+        return Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
+    except (EngineError, ValueError) as e:
+        raise UserError(str(e)) from None
+
+
+def print_json(data) -> None:
+    """One JSON document and a newline (a shell prompt or `jq -c` then starts on a line of its own)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    sys.stdout.flush()

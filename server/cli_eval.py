@@ -1,0 +1,157 @@
+"""`redraft eval infill` and `redraft eval next-edit`: their options and how they run (the
+evaluations themselves live in server/eval). Like every command, they import what they use
+when they run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, print_json
+
+
+def eval_parser(sub) -> None:
+    ev = sub.add_parser("eval", help="offline evaluations of a model")
+    ev.set_defaults(run=lambda _: (ev.print_help(), EXIT_USAGE)[1], quick_exit=True)
+    tasks = ev.add_subparsers(metavar="TASK")
+    ei = tasks.add_parser("infill", help="infill at sampled cursor positions of the Python files under DIR")
+    _eval_args(ei, "cursor samples", "rest_of_line,next_line,block,node")
+    ei.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
+                    help="drafts from the same file: seed the model (the server's default), alone, or off")
+    cache_arg(ei)
+    ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                    help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
+    ei.set_defaults(run=_eval_infill)
+
+    ne = tasks.add_parser("next-edit", help="next-edit scenarios made from the Python files under DIR (renames, "
+                                            "added parameters, repeated literals), or real edits (--releases)")
+    _eval_args(ne, "scenarios", "rename_param,rename_local,add_param,literal", files_required=False)
+    ne.add_argument("--releases", nargs="+", type=Path, metavar="DIR",
+                    help="real edits instead: OLD_DIR NEW_DIR (two releases of one package), or a ROOT of "
+                         "NAME/VERSION folders (python -m redraft.server.eval.releases fetch ROOT); --limit is "
+                         "then scenarios per package")
+    ne.add_argument("--margin", type=float, default=None,
+                    help="drop a proposal the model likes less than the text as it is by more than this "
+                         "(mean log-prob; default: the server's)")
+    ne.add_argument("--no-model", action="store_true", help="the proposals alone, without the model's judgement")
+    ne.add_argument("--refill", action="store_true",
+                    help="with --releases: where no rule applies, the model rewrites the line after the edit "
+                         "(the nextEditRefill setting)")
+    ne.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ne.set_defaults(run=_eval_next_edit)
+
+
+def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str, files_required: bool = True) -> None:
+    p.add_argument("--files", required=files_required, type=Path, metavar="DIR", help="folder searched for *.py files")
+    model_args(p)
+    p.add_argument("--limit", type=int, default=100, help=f"{what} per kind (default 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kinds", default=None, help=f"comma-separated kinds (default {kinds})")
+
+
+def _eval_infill(args) -> int:
+    from .eval.infill import format_table, parse_kinds, report, run
+    from .eval.samples import load_sources
+    from .core.settings import ServerConfig
+    try:
+        kinds = parse_kinds(args.kinds)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if not args.files.is_dir():
+        raise UserError(f"{args.files}: not a folder")
+    sources, skipped = load_sources(args.files)
+    for path in skipped:
+        print(f"redraft: skipping {path} (not UTF-8 text)", file=sys.stderr)
+    if not sources:
+        raise UserError(f"{args.files}: no readable *.py files")
+    if args.plot is not None:
+        _check_plot(args.plot)
+    engine = None if args.drafts == "only" else load_engine(args)
+    if engine is not None:
+        engine.with_sampler(seed=args.seed)
+    config = ServerConfig(drafts=args.drafts, cache=args.cache == "on")
+    outcomes = run(engine, sources, kinds, args.limit, args.seed, config)
+    rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
+    if args.json:
+        print_json(rep)
+    else:
+        print(format_table(rep))
+    if args.plot is not None:
+        from .eval.plot import plot_report
+        plot_report(rep, args.plot)
+    return 0
+
+
+def _check_plot(path: Path) -> None:
+    """Fail before the run, not after it, when the figure cannot be written."""
+    from .eval.plot import check
+    try:
+        check()
+    except ImportError:
+        raise UserError("--plot needs matplotlib (pip install 'redraft[train]')") from None
+    if not path.parent.is_dir():
+        raise UserError(f"--plot {path}: no folder {path.parent}")
+
+
+def _eval_next_edit(args) -> int:
+    if args.releases is not None:
+        return _eval_releases(args)
+    if args.files is None:
+        raise UserError("next-edit needs --files DIR or --releases")
+    from .eval.nextedit import KINDS, run
+    from .eval.samples import load_sources
+    from .core.settings import ServerConfig
+    kinds = list(KINDS) if args.kinds is None else [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise UserError(f"unknown kind(s) {', '.join(bad) or repr(args.kinds)} (choose from {', '.join(KINDS)})")
+    if args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if not args.files.is_dir():
+        raise UserError(f"{args.files}: not a folder")
+    sources, _ = load_sources(args.files)
+    if not sources:
+        raise UserError(f"{args.files}: no readable *.py files")
+    engine = None if args.no_model else load_engine(args)
+    margin = ServerConfig().edit_margin if args.margin is None else args.margin
+    rep = {"model": None if engine is None else engine.name, "files": len(sources), "seed": args.seed,
+           "margin": margin, "kinds": run(engine, sources, kinds, args.limit, args.seed, margin)}
+    if args.json:
+        print_json(rep)
+    else:
+        print(f"model {rep['model']}, {rep['files']} files, seed {args.seed}, margin {margin}")
+        print(f"{'kind':14} {'n':>4} {'precision':>9} {'recall':>7} {'reversal':>8} {'p50_ms':>8} {'p95_ms':>8}")
+        for kind, r in rep["kinds"].items():
+            def f(v, fmt):
+                return "-" if v is None else format(v, fmt)
+            print(f"{kind:14} {r['n']:>4} {f(r['precision'], '.3f'):>9} {f(r['recall'], '.3f'):>7} "
+                  f"{f(r['reversal_ratio'], '.3f'):>8} {f(r['p50_ms'], '.1f'):>8} {f(r.get('p95_ms'), '.1f'):>8}")
+    return 0
+
+
+def _eval_releases(args) -> int:
+    from .core.settings import ServerConfig
+    from .eval.releases import format_table, run
+    if len(args.releases) > 2:
+        raise UserError("--releases takes OLD_DIR NEW_DIR, or one ROOT of NAME/VERSION folders")
+    if args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    for d in args.releases:
+        if not d.is_dir():
+            raise UserError(f"{d}: not a folder")
+    engine = None if args.no_model else load_engine(args)
+    margin = ServerConfig().edit_margin if args.margin is None else args.margin
+    try:
+        rep = run(args.releases[0], args.releases[1] if len(args.releases) == 2 else None, engine,
+                  args.limit, args.seed, margin, args.refill)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.json:
+        print_json(rep)
+    else:
+        print(format_table(rep))
+    return 0

@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Generator
 
 import torch
 
@@ -29,7 +29,7 @@ from .errors import Cancelled, CheckpointError
 from .layout import Row, build_row, fit, seed_row
 from .model import DiffusionLM
 from .result import Completion, Preview, Stats
-from .sampler import Denoised, Denoiser
+from .sampler import Denoised, Denoiser, drain
 from .step import StepGraphs
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
@@ -214,6 +214,12 @@ class Engine:
         self.config = replace(self.config, sampler=self.config.sampler.with_(**changes))
         return self.config.sampler
 
+    @property
+    def interleavable(self) -> bool:
+        """Whether batches may run in turn, step by step (`infill_steps`): not with a static
+        step, whose one workspace per shape holds a single batch's context."""
+        return self.steps is None
+
     # -- infill --------------------------------------------------------------------------
 
     def infill(self, prefix: str, suffix: str = "", extra: str = "", *, drafts=(), sampler: SamplerConfig | None = None,
@@ -222,11 +228,22 @@ class Engine:
         return self.infill_batch([InfillRequest(prefix, suffix, extra, tuple(drafts), lookup)], sampler=sampler,
                                  on_preview=on_preview, cancel=cancel, cache_key=cache_key, stop=stop)[0]
 
-    @torch.inference_mode()
     def infill_batch(self, requests: list[InfillRequest], *, sampler: SamplerConfig | None = None,
                      on_preview: Callable[[Preview], None] | None = None, cancel=None, cache_key: str = "default",
                      stop: Callable[[str], bool] | None = None) -> list[Completion]:
         """Fill every request's span in one batch; each request tries every candidate span length.
+        `infill_steps` is the same, pausing after each denoising step."""
+        return drain(self.infill_steps(requests, sampler=sampler, on_preview=on_preview, cancel=cancel,
+                                       cache_key=cache_key, stop=stop))
+
+    @torch.inference_mode()  # entered again at every resumption (torch wraps generator functions)
+    def infill_steps(self, requests: list[InfillRequest], *, sampler: SamplerConfig | None = None,
+                     on_preview: Callable[[Preview], None] | None = None, cancel=None, cache_key: str = "default",
+                     stop: Callable[[str], bool] | None = None) -> Generator[None, None, list[Completion]]:
+        """`infill_batch` as a generator that pauses after every denoising step (causal models
+        decode in one go), for a scheduler that steps several batches in turn. Two batches in
+        turn must not share a document's context keys/values (`cache_key`) nor, on CUDA, the
+        static step's workspace (`steps`): `interleavable` says whether the engine has one.
 
         `stop` and `cache_key` apply to requests without their own (`InfillRequest.stop`,
         `.cache_key`). A single request reuses its document's context keys/values; in a batch of
@@ -245,7 +262,10 @@ class Engine:
         run = _Run(scfg, owners, prepared, None, cancel, [r.stop or stop for r in requests], on_preview,
                    self._cache_models(requests, prepared))
         self._reuse(run, requests, cache_key)
-        out, alive = self._decode(batch, run) if self.model_config.is_causal else self._denoise(batch, run)
+        if self.model_config.is_causal:
+            out, alive = self._decode(batch, run)
+        else:
+            out, alive = yield from self._denoise(batch, run)
         self._record_reuse(run, out)
         source_of = {id(row): s for row, s in zip(rows, sources)}  # rows survive pruning as the same objects
         row_sources = [source_of[id(row)] for row in out.batch.rows]
@@ -319,7 +339,7 @@ class Engine:
                      (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_preview)))
         return out, owners
 
-    def _denoise(self, batch: Batch, run: "_Run") -> tuple[Denoised, list[int]]:
+    def _denoise(self, batch: Batch, run: "_Run") -> Generator[None, None, tuple[Denoised, list[int]]]:
         """Masked-diffusion models: all span positions in parallel. Returns the output and the
         request of each row still alive at the end."""
         on_preview, prepared = run.on_preview, run.prepared
@@ -332,7 +352,7 @@ class Engine:
         stop = run.stop_rule()
         if stop is not None:
             denoiser.stop = lambda b, ids: stop(denoiser.alive[b], self._text(ids, prepared[denoiser.alive[b]]))
-        out = denoiser.run(batch)
+        out = yield from denoiser.run_steps(batch)
         return out, denoiser.alive
 
     def _winners(self, out: Denoised, alive: list[int], sources: list[int],

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Generator, TypeVar
 
 import torch
 
@@ -106,6 +106,18 @@ class Denoised:
     reused_by: dict[int, int] = field(default_factory=dict)  # request -> context tokens reused (`reuses`)
 
 
+T = TypeVar("T")
+
+
+def drain(steps: Generator[None, None, T]) -> T:
+    """Run a step generator to its end and return what it returns."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
 @dataclass
 class Denoiser:
     model: DiffusionLM
@@ -158,6 +170,11 @@ class Denoiser:
 
     def run(self, batch: Batch) -> Denoised:
         """Encode, judge the drafts, then step until nothing is masked; score the rows left."""
+        return drain(self.run_steps(batch))
+
+    def run_steps(self, batch: Batch) -> Generator[None, None, Denoised]:
+        """`run`, pausing after every denoising step (a scheduler steps several runs in turn;
+        it must not interleave runs that share a static step's workspace or a context cache)."""
         gen = torch.Generator(device="cpu").manual_seed(self.scfg.seed) if self.scfg.temperature > 0 else None
         t0 = time.perf_counter()
         st, reused = self._encode(batch)
@@ -176,6 +193,7 @@ class Denoiser:
         while bool(st.masked.any()):
             self._check_cancel()
             self._step(st, st.steps + 1 - judged, max_steps, gen)
+            yield
         st.move(dev)
         score = None if set(st.alive) <= st.hopeless else self._final_scores(st, rescore=denoised)
         gen_ms = (time.perf_counter() - t1) * 1000

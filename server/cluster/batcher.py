@@ -2,29 +2,29 @@
 
 `BatchingEngine(engine)` has the Engine interface (`infill_batch`, `infill`, `score`, `forget`,
 `info`, `sampler`, `with_sampler`, `context_budget`, `count_tokens`, `name`); any number of
-threads call it at once. One loop thread owns the engine: it takes every waiting caller's
-requests that share sampler settings (up to `max_rows` candidate rows), runs them as one
-`Engine.infill_batch` and hands each caller its own completions. `score` and `forget` run on
-the same thread between batches, so the engine is never used by two threads at once.
-
-This is batch-at-a-time, not continuous batching: a request that arrives while a batch runs
-waits for that batch to finish and goes into the next one. Joining a running batch between
-denoising steps would need a step-level engine API that merges rows of different context
-lengths into a running `Running` state (its keys/values, static step and per-request
-settings); the engine has none today. A batch's denoising ends when its slowest row ends: a
-short request batched with a long one waits for it, and its finished rows are still computed
-at every step until then (on a CPU, where a step costs about the same per row batched or not,
-that is why batching gains little there; dropping finished rows is the engine's next step).
+threads call it at once. One loop thread owns the engine. Callers waiting together that share
+sampler settings (up to `max_rows` candidate rows) start as one batch (one forward per step for
+all of them); the loop then runs one denoising step of every running batch in turn
+(`Engine.infill_steps`), and between steps it starts the batches of callers that arrived
+meanwhile and drops those whose callers have all left. So a request starts at the next step,
+not after the running batch, and leaves as soon as it is done: continuous scheduling at the
+granularity of a step. What it does not do: merge a newcomer's rows into the running batch's
+forward (that needs one keys/values layout across different context lengths), so batches that
+started apart take separate forwards — on a CPU, where a row costs the same batched or not,
+nothing is lost; on a GPU that merge is the next step. Two batches never run in turn when they
+share a document (one key/value cache) or when the engine has a static step (one workspace per
+shape, on CUDA: `Engine.interleavable`); those wait for the running batch.
 
 What each caller keeps as it would alone: its own stop rule and document key (each request
 carries them; a document's context keys/values are reused inside a batch of several callers,
 see `engine.batch.encode_contexts`), its previews (renumbered to its own requests), its cancel
-flag: a caller whose flag is set leaves at once with Cancelled and its results are dropped; the
-batch stops early only when every caller in it has left. A batch that fails for another reason
-is run again one caller at a time, so one caller's bad input fails only that caller.
+flag: a caller whose flag is set leaves at once with Cancelled and its results are dropped; a
+batch stops between steps once every caller in it has left. A batch that fails for another
+reason is run again one caller at a time, so one caller's bad input fails only that caller.
+`score` and `forget` run on the loop between steps.
 
 It knows nothing of HTTP, Ray or documents; `stats()` says what it did (batch sizes, callers
-waiting and running, the engine's context-cache hits).
+waiting and running, steps shared by several batches, the engine's context-cache hits).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from functools import partial
+from typing import Callable, Generator
 
 from redraft.engine import Cancelled, Completion, InfillRequest, Preview, SamplerConfig
 
@@ -71,6 +72,10 @@ class _Job:
         what the engine would have applied to them in a batch of their own."""
         key = self.cache_key if len(self.requests) == 1 else None
         return [replace(r, stop=r.stop or self.stop, cache_key=r.cache_key or key) for r in self.requests]
+
+    def keys(self) -> set[str]:
+        """The documents whose context keys/values its requests use."""
+        return {r.cache_key for r in self.merged() if r.cache_key} | {self.cache_key}
 
     def finish(self, result: list[Completion] | None = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
@@ -185,7 +190,8 @@ class BatchingEngine:
                    "callers_per_batch": dict(sorted(self._callers.items())),
                    "max_batch": max(sizes, default=0),
                    "queued": len(self._jobs), "running": sum(not j.gone for j in self._running),
-                   **{k: self._counts[k] for k in ("requests", "cancelled", "errors", "rerun_alone")}}
+                   **{k: self._counts[k] for k in ("requests", "cancelled", "errors", "rerun_alone",
+                                                   "shared_steps", "most_in_turn")}}
         contexts = getattr(self.engine, "context_stats", None)
         out["context_cache"] = contexts() if contexts is not None else None
         return out
@@ -221,37 +227,99 @@ class BatchingEngine:
         return call.result
 
     def _loop(self) -> None:
+        active: list[_Group] = []  # batches started and not finished, stepped in turn
         while True:
             with self._lock:
-                while not (self._jobs or self._calls or self._closed):
+                while not (self._jobs or self._calls or self._closed or active):
                     self._lock.wait()
                 if self._closed:
-                    self._fail_waiting()
+                    for group in active:
+                        group.steps.close()
+                    self._fail_waiting([j for g in active for j in g.jobs])
                     return
                 calls, self._calls = self._calls, []
-                batch = self._take() if not calls else []
-                self._running = batch
-            for call in calls:
+                admitted = self._admit(active)
+                self._running = [j for g in active for j in g.jobs] + [j for batch in admitted for j in batch]
+            for call in calls:  # score, forget: between steps (they use no running batch's state)
                 self._call(call)
-            if batch:
-                self._run(batch)
+            active += [self._start(batch) for batch in admitted]
+            if len(active) > 1:
+                with self._lock:
+                    self._counts["shared_steps"] += 1
+                    self._counts["most_in_turn"] = max(self._counts["most_in_turn"], len(active))
+            active = [g for g in active if not self._advance(g)]
             with self._lock:
-                self._running = []
+                self._running = [j for g in active for j in g.jobs]
 
-    def _take(self) -> list[_Job]:
-        """The next batch (under the lock): the oldest job still wanted, then every later one with
-        the same sampler settings while the rows fit; cancelled jobs are dropped unrun."""
+    def _admit(self, active: list["_Group"]) -> list[list[_Job]]:
+        """Batches to start now (under the lock): while the oldest waiting job's document is not
+        in a running batch (they would share its keys/values) and its rows fit beside the running
+        ones; only when nothing runs on an engine whose batches cannot take turns."""
+        batches: list[list[_Job]] = []
+        keys = set().union(*(g.keys for g in active)) if active else set()
+        rows = sum(g.rows for g in active)
+        turns = getattr(self.engine, "interleavable", False)
+        while True:
+            self._drop_gone()
+            if not self._jobs or ((active or batches) and not turns):
+                return batches
+            first = self._jobs[0]
+            if first.keys() & keys or ((active or batches) and rows + first.rows() > self.max_rows):
+                return batches
+            batch = self._take(keys)
+            batches.append(batch)
+            for job in batch:
+                keys |= job.keys()
+                rows += job.rows()
+
+    def _start(self, jobs: list[_Job]) -> "_Group":
+        requests, owner, on_preview = self._requests(jobs)
+        if getattr(self.engine, "interleavable", False):
+            steps = self.engine.infill_steps(requests, sampler=jobs[0].sampler, on_preview=on_preview,
+                                             cancel=_AllGone(jobs), cache_key=jobs[0].cache_key)
+        else:
+            steps = _at_once(partial(self.engine.infill_batch, requests, sampler=jobs[0].sampler,
+                                     on_preview=on_preview, cancel=_AllGone(jobs), cache_key=jobs[0].cache_key))
+        return _Group(jobs, steps, owner, set().union(*(j.keys() for j in jobs)), sum(j.rows() for j in jobs))
+
+    def _advance(self, group: "_Group") -> bool:
+        """One denoising step of a running batch; True once it has finished (answered or failed)."""
+        if all(j.gone for j in group.jobs):  # every caller left: stop it between steps
+            group.steps.close()
+            for job in group.jobs:
+                job.finish(error=Cancelled())
+            return True
+        try:
+            next(group.steps)
+            return False
+        except StopIteration as done:
+            per_job: dict[_Job, list[Completion]] = {j: [] for j in group.jobs}
+            for (job, _), completion in zip(group.owner, done.value):
+                per_job[job].append(completion)
+            for job in group.jobs:
+                job.finish(result=per_job[job])
+        except Cancelled:
+            for job in group.jobs:
+                job.finish(error=Cancelled())
+        except Exception as e:
+            self._failed(group.jobs, e)
+        return True
+
+    def _drop_gone(self) -> None:
         for job in [j for j in self._jobs if j.gone]:
             self._jobs.remove(job)
             job.finish(error=Cancelled())
-        if not self._jobs:
-            return []
+
+    def _take(self, busy: set[str]) -> list[_Job]:
+        """The next batch (under the lock): the oldest job still wanted, then every later one with
+        the same sampler settings while the rows fit and its documents are not `busy`."""
         first = self._jobs[0]
-        batch, rows = [first], first.rows()
+        batch, rows, keys = [first], first.rows(), set(first.keys())
         for job in self._jobs[1:]:
-            if job.sampler == first.sampler and rows + job.rows() <= self.max_rows:
+            if job.sampler == first.sampler and rows + job.rows() <= self.max_rows and not job.keys() & (busy | keys):
                 batch.append(job)
                 rows += job.rows()
+                keys |= job.keys()
         self._jobs = [j for j in self._jobs if j not in batch]
         return batch
 
@@ -262,30 +330,30 @@ class BatchingEngine:
             call.error = e
         call.done.set()
 
-    def _run(self, jobs: list[_Job]) -> None:
-        try:
-            results = self._infill(jobs)
-        except Cancelled:
-            for job in jobs:
-                job.finish(error=Cancelled())
-            return
-        except Exception as e:
-            if len(jobs) == 1:
-                log.warning("an engine call failed: %s", e)
-                with self._lock:
-                    self._counts["errors"] += 1
-                jobs[0].finish(error=e)
-                return
+    def _failed(self, jobs: list[_Job], e: Exception) -> None:
+        """A batch failed for a reason of its own: run its callers one by one (blocking), so only
+        those whose input fails get the error."""
+        if len(jobs) == 1:
+            log.warning("an engine call failed: %s", e)
             with self._lock:
-                self._counts["rerun_alone"] += 1
-            for job in jobs:  # find whose input fails; the others still get their answers
-                self._run([job])
+                self._counts["errors"] += 1
+            jobs[0].finish(error=e)
             return
-        for job, result in zip(jobs, results):
-            job.finish(result=result)
+        with self._lock:
+            self._counts["rerun_alone"] += 1
+        for job in jobs:
+            requests, owner, on_preview = self._requests([job])
+            try:
+                job.finish(result=self.engine.infill_batch(requests, sampler=job.sampler, on_preview=on_preview,
+                                                           cancel=_AllGone([job]), cache_key=job.cache_key))
+            except Cancelled:
+                job.finish(error=Cancelled())
+            except Exception as alone:
+                self._failed([job], alone)
 
-    def _infill(self, jobs: list[_Job]) -> list[list[Completion]]:
-        """One engine batch of every job's requests; each job's completions in its order."""
+    def _requests(self, jobs: list[_Job]) -> tuple[list[InfillRequest], list[tuple[_Job, int]], Callable | None]:
+        """Every job's requests in one list, the (job, its own index) of each, and the previews'
+        router to their callers (renumbered to each caller's requests)."""
         requests, owner = [], []  # owner[i]: (job, the job's own request index)
         for job in jobs:
             for k, r in enumerate(job.merged()):
@@ -295,27 +363,40 @@ class BatchingEngine:
             self._sizes[len(requests)] += 1
             self._callers[len(jobs)] += 1
             self._counts["requests"] += len(requests)
-        on_preview = None
-        if any(j.on_preview is not None for j in jobs):
-            def on_preview(p: Preview) -> None:
-                job, k = owner[p.request]
-                if job.on_preview is not None and not job.gone:
-                    try:
-                        job.on_preview(replace(p, request=k))
-                    except Exception:  # one caller's preview sink must not stop the others' batch
-                        log.exception("a preview callback failed")
-        out = self.engine.infill_batch(requests, sampler=jobs[0].sampler, on_preview=on_preview,
-                                       cancel=_AllGone(jobs), cache_key=jobs[0].cache_key)
-        per_job: dict[_Job, list[Completion]] = {j: [] for j in jobs}
-        for (job, _), completion in zip(owner, out):
-            per_job[job].append(completion)
-        return [per_job[j] for j in jobs]
+        if not any(j.on_preview is not None for j in jobs):
+            return requests, owner, None
 
-    def _fail_waiting(self) -> None:
+        def on_preview(p: Preview) -> None:
+            job, k = owner[p.request]
+            if job.on_preview is not None and not job.gone:
+                try:
+                    job.on_preview(replace(p, request=k))
+                except Exception:  # one caller's preview sink must not stop the others' batch
+                    log.exception("a preview callback failed")
+        return requests, owner, on_preview
+
+    def _fail_waiting(self, running: list[_Job]) -> None:
         closed = RuntimeError("the batching engine is closed")
-        for job in self._jobs:
+        for job in self._jobs + running:
             job.finish(error=closed)
         for call in self._calls:
             call.error = closed
             call.done.set()
         self._jobs, self._calls = [], []
+
+
+@dataclass(eq=False)
+class _Group:
+    """A batch started on the engine: its step generator and whose requests it holds."""
+
+    jobs: list[_Job]
+    steps: Generator
+    owner: list[tuple[_Job, int]]
+    keys: set[str]  # the documents whose keys/values it uses
+    rows: int
+
+
+def _at_once(fn: Callable[[], list[Completion]]) -> Generator[None, None, list[Completion]]:
+    """A whole engine call as a step generator of no pauses (an engine that cannot take turns)."""
+    return fn()
+    yield  # noqa: unreachable - makes this a generator function

@@ -216,3 +216,63 @@ def test_context_store_is_least_recently_used_and_bounded_by_tokens():
     store.record(reused=3)
     assert store.stats()["hits"] == 1 and store.stats()["misses"] == 4 and store.stats()["evicted"] == 3
     assert isinstance(store.get("d"), ContextCache)
+
+
+def solo(engine, prompt, sampler):
+    return Engine(engine.model, engine.tokenizer, EngineConfig(reuse_cache=False), name="alone").infill(
+        *prompt, sampler=sampler)
+
+
+def finish_times(batcher, calls: dict, first_forwards: int, slowed) -> dict:
+    """Run calls[name]() on threads: the first at once, the others once it has made
+    `first_forwards` model calls. name -> (completion, monotonic time it returned)."""
+    done: dict = {}
+
+    def go(name):
+        done[name] = (calls[name](), time.monotonic())
+    names = list(calls)
+    threads = [threading.Thread(target=go, args=(n,)) for n in names]
+    threads[0].start()
+    deadline = time.monotonic() + 30
+    while slowed["calls"] < first_forwards and time.monotonic() < deadline:
+        time.sleep(0.005)
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return done
+
+
+def test_a_request_arriving_mid_batch_starts_at_the_next_step_and_leaves_when_done(engine, slowed):
+    """Continuous scheduling: a long batch is running (32 steps); a short request that arrives
+    meanwhile is stepped in turn with it from the next step on and answers long before it, each
+    with the text it gets alone."""
+    long_s, short_s = GREEDY.with_(span=32), GREEDY.with_(span=4)
+    want_long, want_short = solo(engine, PROMPTS[0], long_s), solo(engine, PROMPTS[1], short_s)
+    batcher = BatchingEngine(engine)
+    try:
+        slowed["calls"] = 0
+        done = finish_times(batcher, {
+            "long": lambda: batcher.infill(*PROMPTS[0], sampler=long_s, cache_key="a"),
+            "short": lambda: batcher.infill(*PROMPTS[1], sampler=short_s, cache_key="b")}, 4, slowed)
+        assert done["long"][0].token_ids == want_long.token_ids and done["short"][0].token_ids == want_short.token_ids
+        assert done["short"][1] < done["long"][1]
+        stats = batcher.stats()
+        assert stats["most_in_turn"] == 2 and stats["shared_steps"] >= 4 and stats["batches"] == 2
+    finally:
+        batcher.close()
+
+
+def test_requests_on_the_same_document_never_run_in_turn(engine, slowed):
+    """Their keys/values are one cache: the second waits until the first has finished."""
+    s = GREEDY.with_(span=8)
+    want = solo(engine, PROMPTS[2], s)
+    batcher = BatchingEngine(engine)
+    try:
+        slowed["calls"] = 0
+        done = finish_times(batcher, {n: (lambda: batcher.infill(*PROMPTS[2], sampler=s, cache_key="same"))
+                                      for n in ("first", "second")}, 2, slowed)
+        assert all(c.token_ids == want.token_ids for c, _ in done.values())
+        assert batcher.stats()["most_in_turn"] == 0 and batcher.stats()["batches"] == 2
+    finally:
+        batcher.close()

@@ -66,6 +66,7 @@ class Intent:
     gap: str = ""  # the text between them now (the change with the user's spacing)
     context: str = ""  # the kind of syntax node that held the change and its neighbours before it
     ops: int = 1  # token runs the event changed (this intent is one of them)
+    right_space: str = ""  # the spacing after the right neighbour now (`x: int = None`: " ")
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,10 @@ def _op_intent(ev: _Event, op: tuple, doc: Document) -> Intent | None:
     left = b[j1 - 1] if j1 > 0 and "\n" not in new_text[b[j1 - 1][2]:at] else None
     right = b[j2] if j2 < len(b) and "\n" not in new_text[end:b[j2][1]] else None
     gap = new_text[left[2]:right[1]] if left and right else new
+    after = new_text[right[2]:] if right else ""
     it = Intent("replace", old, new, row, col, ev.first_row, ev.last_row, after_dot=new_text[at - 1:at] == ".",
-                left=left[0] if left else "", right=right[0] if right else "", gap=gap)
+                left=left[0] if left else "", right=right[0] if right else "", gap=gap,
+                right_space=after[:len(after) - len(after.lstrip(" \t"))])
     if follows_as_change(it) and doc.syntax.grammar is not None:
         # the same span of the text as it was: from the left neighbour to the right one
         start = a[i1 - 1][1] if left else (a[i1][1] if i2 > i1 else a[i1 - 1][2] if i1 else 0)

@@ -370,11 +370,25 @@ def change_sites(intent: Intent, doc: Document) -> list[tuple[int, int, int, str
             if node_type and _span_type(doc, row, first, last) != node_type:
                 continue
             if intent.left and intent.right and 0 <= before and after < len(toks):
-                sites.append((row, toks[before][2], toks[after][1], intent.gap))  # spaced as the user spaced it
+                sites.append(_spaced(intent, row, toks, before, after, body(text)))
             else:
                 sites.append((row, toks[k][1], toks[k + n - 1][2], intent.new))
             rows.add(row)
     return sites
+
+
+def _spaced(intent: Intent, row: int, toks, before: int, after: int, line: str) -> tuple[int, int, str, str]:
+    """The change between two neighbours, spaced as the user spaced it: their gap, and when the
+    user's insertion ends in a space before the right neighbour, the space after it too
+    (`timeout=None` -> `timeout: float = None`, not `timeout: float =None`)."""
+    start, end = toks[before][2], toks[after][1]
+    if intent.old or not intent.gap[-1:].isspace() or toks[after][0] != intent.right:
+        return row, start, end, intent.gap
+    stop = toks[after][2]
+    space = line[stop:len(line) - len(line[stop:].lstrip(" \t"))]
+    if space == intent.right_space:
+        return row, start, end, intent.gap
+    return row, start, stop + len(space), intent.gap + intent.right + intent.right_space
 
 
 def _same_next(token: str, want: str, typed: bool) -> bool:

@@ -324,3 +324,12 @@ def test_requoting_a_docstring_requotes_the_other_triple_quoted_strings():
     # not the string holding the new triple quote (it would end early), not a triple inside a
     # one-line string
     assert line_replaced(text, 1, '    """Add."""') == [(5, '    """'), (7, '    """')]
+
+
+def test_an_annotation_before_a_default_is_spaced_as_the_user_spaced_it():
+    text = ("def load(self, s, salt=None):\n    pass\n\n\n"
+            "def dump(self, obj, salt=None, fp=None):\n    pass\n\n\n"
+            "def keep(self, salt = None):\n    pass\n")
+    # `salt=None` -> `salt: bytes = None`: the others get the spaces around `=` too
+    assert line_replaced(text, 0, "def load(self, s, salt: bytes = None):") == [
+        (4, "def dump(self, obj, salt: bytes = None, fp=None):"), (8, "def keep(self, salt: bytes = None):")]

@@ -19,7 +19,8 @@ reads the lines the event touched (at most MAX_EVENT_LINES of them, from a `Befo
 saved when the event began), drops the lines and then the tokens both sides share, and
 diffs what is left only when it is small (MAX_INTENT_CHARS of lines, MAX_INTENT_TOKENS
 tokens a side); larger events propose nothing. The site searches have their own bounds
-(sites.py). A skipped event is logged once per document.
+(sites.py), once per token run of the event (at most MAX_INTENT_OPS runs: up to four times
+one search's worst case). A skipped event is logged once per document.
 
 Pure text and tree logic: knows nothing of LSP, requests or the engine.
 """

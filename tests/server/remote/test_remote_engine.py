@@ -128,7 +128,7 @@ def test_a_client_that_leaves_cancels_the_engine_call(tiny_model):
         with pytest.raises(Cancelled):
             remote.infill("def f(x):\n    return ", "\n", sampler=served.sampler.with_(span=32, threshold=1.0),
                           cancel=flag, cache_key="k")
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 10.0  # a liveness bound; the server-side flag is the proof
         until(lambda: flags and flags[0].is_set(), what="server-side cancel")
         assert remote.breaker.state == "closed" and remote.failures == 0
     finally:

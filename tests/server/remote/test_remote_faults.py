@@ -66,7 +66,7 @@ def test_cancelling_closes_the_stream(fake, served, previews):
     t0 = time.monotonic()
     with pytest.raises(Cancelled):
         remote.infill("hang", "", sampler=SAMPLER, on_preview=on_preview, cancel=flag, cache_key="k")
-    assert time.monotonic() - t0 < 2.0  # not the fake's 60 s, nor the 30 s timeout
+    assert time.monotonic() - t0 < 10.0  # not the fake's 60 s, nor the 30 s timeout (a liveness bound)
     until(lambda: fake.left == left + 1, what="disconnect seen by the fake")
     assert remote.failures == 0 and remote.breaker.state == "closed"
     remote.close()
@@ -98,12 +98,12 @@ def test_a_timeout_is_unavailable_within_the_timeout(fake, served):
     t0 = time.monotonic()
     with pytest.raises(RemoteUnavailable, match="did not answer within 0.5 s"):
         remote.infill("hang", "", sampler=SAMPLER, cache_key="k")
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 2.5  # the 0.5 s timeout, not the fake's hang (a liveness bound)
     fake.slow_score_s = 3.0
     t0 = time.monotonic()
     with pytest.raises(RemoteUnavailable, match="did not answer within 0.5 s"):
         remote.score("a", "b", ["c"])
-    assert time.monotonic() - t0 < 1.5 and remote.failures == 2
+    assert time.monotonic() - t0 < 2.5 and remote.failures == 2  # not the 3 s the fake takes
     remote.close()
 
 
@@ -121,7 +121,7 @@ def test_a_stream_cut_midway_is_unavailable_and_drafts_answer(fake, served, how,
     remote.connect()
     t0 = time.monotonic()
     a = answer(remote, snap, CancelFlag())
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 10.0  # the cut ends it, not a hang (a liveness bound)
     assert a.fallback and not a.ran_model and a.edit is not None and a.edit.text == DRAFT and a.source == "buffer"
     off = answer(remote, snapshot(replace(CONFIG, drafts="off")), CancelFlag())
     assert off.fallback and off.edit is None
@@ -138,11 +138,9 @@ def test_the_breaker_opens_fails_at_once_and_closes_after_the_cooldown(fake, ser
         with pytest.raises(RemoteUnavailable, match=r"failed \(500\): scripted failure"):
             remote.infill("abc", "", sampler=SAMPLER)
     assert fake.calls == calls + 2 and remote.breaker.state == "open"
-    for _ in range(5):
-        t0 = time.monotonic()
+    for _ in range(5):  # at once: counted below, none reaches the fake
         with pytest.raises(RemoteUnavailable, match="next try in"):
             remote.infill("abc", "", sampler=SAMPLER)
-        assert time.monotonic() - t0 < 0.05
     with pytest.raises(RemoteUnavailable):
         remote.score("a", "b", ["c"])
     assert fake.calls == calls + 2 and remote.fast_failures == 6  # nothing reached the fake while open

@@ -28,6 +28,7 @@ from .config import EngineConfig, ModelConfig, SamplerConfig
 from .errors import Cancelled, CheckpointError
 from .layout import Row, build_row, fit, seed_row
 from .model import DiffusionLM
+from .ragged import Forward, run_together
 from .result import Completion, Preview, Stats
 from .sampler import Denoised, Denoiser, drain
 from .step import StepGraphs
@@ -220,6 +221,12 @@ class Engine:
         step, whose one workspace per shape holds a single batch's context."""
         return self.steps is None
 
+    @torch.inference_mode()
+    def run_forwards(self, forwards: list[Forward]) -> None:
+        """The step forwards that several runs of `infill_steps` paused at (each yields its
+        `Forward`), run as one pass (ragged.py); each run then reads its own `hidden`."""
+        run_together(forwards)
+
     # -- infill --------------------------------------------------------------------------
 
     def infill(self, prefix: str, suffix: str = "", extra: str = "", *, drafts=(), sampler: SamplerConfig | None = None,
@@ -239,9 +246,13 @@ class Engine:
     @torch.inference_mode()  # entered again at every resumption (torch wraps generator functions)
     def infill_steps(self, requests: list[InfillRequest], *, sampler: SamplerConfig | None = None,
                      on_preview: Callable[[Preview], None] | None = None, cancel=None, cache_key: str = "default",
-                     stop: Callable[[str], bool] | None = None) -> Generator[None, None, list[Completion]]:
-        """`infill_batch` as a generator that pauses after every denoising step (causal models
-        decode in one go), for a scheduler that steps several batches in turn. Two batches in
+                     stop: Callable[[str], bool] | None = None
+                     ) -> Generator[Forward | None, None, list[Completion]]:
+        """`infill_batch` as a generator that pauses after every denoising step (yielding None;
+        causal models decode in one go), for a scheduler that steps several batches in turn.
+        Before a step's forward it yields that `Forward` (ragged.py): the scheduler runs it,
+        alone (`Forward.run`) or with other batches' (`run_forwards`), before resuming; a
+        Forward left unrun is run by the batch itself. Two batches in
         turn must not share a document's context keys/values (`cache_key`) nor, on CUDA, the
         static step's workspace (`steps`): `interleavable` says whether the engine has one.
 
@@ -339,7 +350,7 @@ class Engine:
                      (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_preview)))
         return out, owners
 
-    def _denoise(self, batch: Batch, run: "_Run") -> Generator[None, None, tuple[Denoised, list[int]]]:
+    def _denoise(self, batch: Batch, run: "_Run") -> Generator[Forward | None, None, tuple[Denoised, list[int]]]:
         """Masked-diffusion models: all span positions in parallel. Returns the output and the
         request of each row still alive at the end."""
         on_preview, prepared = run.on_preview, run.prepared

@@ -107,15 +107,25 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.h * self.d, e, bias=False)
 
     def forward(self, x, cos, sin, cache: KVCache | None, start: int, mask, fast=None, key_valid=None) -> torch.Tensor:
-        B, T, _ = x.shape
+        q, k, v = self.project(x)
+        y = self.attend(q, k, v, cos, sin, cache, start, mask, fast, key_valid)
+        return self.o_proj(y)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v for tokens [..., E]: [..., H * D], [..., K * D], [..., K * D]."""
         if _fuse(x):  # one matmul instead of three
             w, bias = _fused(self, (self.q_proj, self.k_proj, self.v_proj))
-            q, k, v = F.linear(x, w, bias).split([self.h * self.d, self.k * self.d, self.k * self.d], dim=-1)
-        else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(B, T, self.h, self.d).transpose(1, 2)
-        k = k.view(B, T, self.k, self.d).transpose(1, 2)
-        v = v.view(B, T, self.k, self.d).transpose(1, 2)
+            return F.linear(x, w, bias).split([self.h * self.d, self.k * self.d, self.k * self.d], dim=-1)
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def attend(self, q, k, v, cos, sin, cache: KVCache | None, start: int, mask, fast=None,
+               key_valid=None) -> torch.Tensor:
+        """Rotary, cache write and attention for one block of B rows x T tokens (q, k, v as
+        `project` gives them, shaped [B, T, ...]); [B, T, H * D] before the output projection."""
+        B, T = q.shape[:2]
+        q = q.reshape(B, T, self.h, self.d).transpose(1, 2)
+        k = k.reshape(B, T, self.k, self.d).transpose(1, 2)
+        v = v.reshape(B, T, self.k, self.d).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if cache is not None:
@@ -124,7 +134,7 @@ class Attention(nn.Module):
             y = fast(q, k, v, key_valid)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.h != self.k)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
+        return y.transpose(1, 2).reshape(B, T, self.h * self.d)
 
 
 class MLP(nn.Module):

@@ -41,6 +41,7 @@ from .config import SamplerConfig
 from .errors import Cancelled
 from .model import DiffusionLM
 from .picks import Picks, choose
+from .ragged import Forward
 from .step import StaticStep, StepGraphs
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
@@ -109,8 +110,9 @@ class Denoised:
 T = TypeVar("T")
 
 
-def drain(steps: Generator[None, None, T]) -> T:
-    """Run a step generator to its end and return what it returns."""
+def drain(steps: Generator[Forward | None, None, T]) -> T:
+    """Run a step generator to its end and return what it returns (the forwards it asks for,
+    left unrun here, it runs itself)."""
     while True:
         try:
             next(steps)
@@ -172,9 +174,12 @@ class Denoiser:
         """Encode, judge the drafts, then step until nothing is masked; score the rows left."""
         return drain(self.run_steps(batch))
 
-    def run_steps(self, batch: Batch) -> Generator[None, None, Denoised]:
-        """`run`, pausing after every denoising step (a scheduler steps several runs in turn;
-        it must not interleave runs that share a static step's workspace or a context cache)."""
+    def run_steps(self, batch: Batch) -> Generator[Forward | None, None, Denoised]:
+        """`run`, pausing after every denoising step (yields None) and before each forward
+        over the active block - judging the drafts, each step, the final scoring - (yields the
+        `Forward`, for a scheduler to run with other runs' forwards). A
+        scheduler steps several runs in turn; it must not interleave runs that share a static
+        step's workspace or a context cache."""
         gen = torch.Generator(device="cpu").manual_seed(self.scfg.seed) if self.scfg.temperature > 0 else None
         t0 = time.perf_counter()
         st, reused = self._encode(batch)
@@ -183,7 +188,7 @@ class Denoiser:
         t1 = time.perf_counter()
         if bool(st.seeded.any()):
             self._check_cancel()
-            self._judge_step(st)
+            yield from self._judge_step(st)
         judged = st.steps  # the judging forward is not one of the capped denoising steps
         denoised = bool(st.masked.any())
         max_steps = self.scfg.max_steps or int(st.masked.sum(1).max())
@@ -192,10 +197,12 @@ class Denoiser:
         st.move(torch.device("cpu"))
         while bool(st.masked.any()):
             self._check_cancel()
-            self._step(st, st.steps + 1 - judged, max_steps, gen)
+            yield from self._step(st, st.steps + 1 - judged, max_steps, gen)
             yield
         st.move(dev)
-        score = None if set(st.alive) <= st.hopeless else self._final_scores(st, rescore=denoised)
+        score = None
+        if not set(st.alive) <= st.hopeless:
+            score = yield from self._final_scores(st, rescore=denoised)
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
                         st.kept, score, st.static_steps, st.hopeless, dict(self.reused_by))
@@ -226,10 +233,10 @@ class Denoiser:
         return Running(batch, kv, kvalid, x, span & ~seeded, seeded, conf, logp, kept, list(self.owners),
                        hidden), reused
 
-    def _judge_step(self, st: Running) -> None:
+    def _judge_step(self, st: Running) -> Generator[Forward, None, None]:
         """One forward judges every draft token: those the model agrees with stay, the rest
         are masked again. A request with a draft kept whole keeps that row alone."""
-        lp, other, n = self._judge_drafts(st.batch, st.kv, st.kvalid, st.x, st.seeded)
+        lp, other, n = yield from self._judge_drafts(st.batch, st.kv, st.kvalid, st.x, st.seeded)
         st.forwards += n
         bar = math.log(max(self.scfg.draft_keep, 1e-12))
         keep = st.seeded & ((lp >= bar) if self.scfg.draft_rule == "keep" else (other < bar))
@@ -245,11 +252,12 @@ class Denoiser:
                 st.keep(rows)
         self._stream(st)
 
-    def _step(self, st: Running, step: int, max_steps: int, gen) -> None:
+    def _step(self, st: Running, step: int, max_steps: int, gen) -> Generator[Forward, None, None]:
         """One denoising step (`step` counts from 1 after the judging forward): pick a token at
-        every masked position, hold some back, choose the span length, commit, stream."""
+        every masked position, hold some back, choose the span length, commit, stream. Yields
+        the step's forward, if it needs one, for the caller to run (alone or with others)."""
         b_idx, a_idx = st.masked.nonzero(as_tuple=True)
-        picks = self._pick(st, b_idx, a_idx, gen)
+        picks = yield from self._pick(st, b_idx, a_idx, gen)
         st.forwards += 1
         st.steps += 1
         if self.scfg.end_in_order:
@@ -304,9 +312,9 @@ class Denoiser:
                     return k
         return None
 
-    def _pick(self, st: Running, b_idx, a_idx, gen) -> Picks:
+    def _pick(self, st: Running, b_idx, a_idx, gen) -> Generator[Forward, None, Picks]:
         """Picks at the masked positions (b_idx, a_idx): from hidden states already computed,
-        the static step, or a forward over the active block."""
+        the static step, or a forward over the active block (yielded: see ragged.py)."""
         hidden, st.hidden = st.hidden, None
         if hidden is None and self.steps is not None and self.scfg.temperature == 0 and not self.caches:
             if st.static is None:
@@ -318,9 +326,16 @@ class Denoiser:
             self._fix_first_rows(picks, hidden, b_idx, a_idx, st.batch.span_at)
             return picks
         if hidden is None:
-            hidden = self.model(st.x.to(st.batch.act_ids.device), st.batch.act_pos, st.kv, start=st.batch.C,
-                                key_valid=st.kvalid)
+            hidden = yield from self._forward(st.x, st.batch, st.kv, st.kvalid)
         return self._choose_rows(hidden, b_idx, a_idx, st, gen)
+
+    def _forward(self, x, batch: Batch, kv: KVCache, kvalid) -> Generator[Forward, None, torch.Tensor]:
+        """The active block's hidden states over the cached context: the forward is yielded
+        first, so a scheduler can run it in one pass with other runs' (ragged.py); run here
+        when it was not."""
+        forward = Forward(self.model, x.to(batch.act_ids.device), batch.act_pos, kv, batch.C, kvalid)
+        yield forward
+        return forward.hidden if forward.hidden is not None else forward.run()
 
     def _choose_length(self, st: Running, b_idx, a_idx, picks: Picks):
         """Keep each request's most confident span length after the first step; the step's
@@ -352,13 +367,13 @@ class Denoiser:
         if self.on_step is not None:
             self.on_step(st.steps, self, st.batch, st.x, st.masked, st.logp)
 
-    def _final_scores(self, st: Running, rescore: bool) -> torch.Tensor | None:
+    def _final_scores(self, st: Running, rescore: bool) -> Generator[Forward, None, torch.Tensor | None]:
         """One scoring of every row, when there is something to compare: several rows for one
         request, or a draft row."""
         if st.batch.B <= len(set(st.alive)) and not bool(st.seeded.any()):
             return None
         # rows written only by the judging forward already hold that scoring's log-probs
-        score, n = self._score_rows(st.batch, st.kv, st.kvalid, st.x, st.logp, rescore=rescore)
+        score, n = yield from self._score_rows(st.batch, st.kv, st.kvalid, st.x, st.logp, rescore=rescore)
         st.forwards += n
         return score
 
@@ -369,7 +384,7 @@ class Denoiser:
         kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
         seeded = _span_positions(batch)
         self.running = None  # every row stays: alive is the owners
-        lp, _, _ = self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded)
+        lp, _, _ = drain(self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded))
         return lp.masked_fill(~seeded, 0.0).sum(1) / seeded.sum(1).clamp_min(1)
 
     def _choose_rows(self, hidden, b_idx, a_idx, st: Running, gen) -> Picks:
@@ -419,9 +434,11 @@ class Denoiser:
 
     # -- drafts ----------------------------------------------------------------------------
 
-    def _judge_drafts(self, batch: Batch, kv: KVCache, kvalid, x, seeded) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _judge_drafts(self, batch: Batch, kv: KVCache, kvalid,
+                      x, seeded) -> Generator[Forward, None, tuple[torch.Tensor, torch.Tensor, int]]:
         """[B, A] log-probability the model gives each seeded token, [B, A] the largest it gives
-        any other token (-inf off the seeds), and the forwards it took.
+        any other token (-inf off the seeds), and the forwards it took ("visible": the one
+        forward is yielded, for the caller to run, perhaps with other runs').
 
         "visible": one forward with the drafts as they are; the model was trained to predict
         the right token at a visible, possibly wrong, one. "masked": each draft token masked
@@ -435,7 +452,7 @@ class Denoiser:
         if cfg.draft_scoring == "visible" or cfg.attention == "full":
             # ("full" attention keeps the context keys of an all-masked span: a visible draft
             # is the closest judgement available without recomputing the whole context.)
-            hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
+            hidden = yield from self._forward(x, batch, kv, kvalid)
             lp[b_idx, a_idx], other[b_idx, a_idx] = self._token_logp(
                 hidden[b_idx, a_idx - self._shift], x[b_idx, a_idx], b_idx, a_idx - batch.span_at)
             return lp, other, 1
@@ -470,7 +487,8 @@ class Denoiser:
             best.setdefault(owners[b], b)
         return _fewer(set(best.values()) | {b for b in range(len(owners)) if owners[b] not in best}, len(owners))
 
-    def _score_rows(self, batch: Batch, kv: KVCache, kvalid, x, logp, rescore: bool) -> tuple[torch.Tensor, int]:
+    def _score_rows(self, batch: Batch, kv: KVCache, kvalid, x, logp,
+                    rescore: bool) -> Generator[Forward, None, tuple[torch.Tensor, int]]:
         """[B] mean log-prob of each row's span up to its first end token, one scoring for all.
 
         Models that judge visible tokens get one more forward with every span token shown;
@@ -485,7 +503,7 @@ class Denoiser:
         n = 0
         if rescore and cfg.draft_scoring == "visible" and cfg.attention != "full":
             b_idx, a_idx = use.nonzero(as_tuple=True)
-            hidden = self.model(x, batch.act_pos, kv, start=batch.C, key_valid=kvalid)
+            hidden = yield from self._forward(x, batch, kv, kvalid)
             logp = torch.zeros_like(logp)
             logp[b_idx, a_idx] = self._token_logp(hidden[b_idx, a_idx - self._shift], x[b_idx, a_idx], b_idx,
                                                   a_idx - batch.span_at)[0]

@@ -1,8 +1,9 @@
 """The Ray Serve application: the engine on replicas, a document's requests on one of them.
 
 Each replica of the `engine` deployment loads the model once (`torch.set_num_threads` as
-configured; on a GPU when it was given one), wraps it in a BatchingEngine (callers batched and
-stepped in turn, see batcher.py) and serves one Starlette ingress made of
+configured; on a GPU when it was given one), wraps it in a BatchingEngine (continuous
+batching: every running caller's step in one forward, see batcher.py) and serves one Starlette
+ingress made of
   - the HTTP API's routes (`http.app.build_app`: Ollama/OpenAI completions, stats), and
   - the engine protocol's routes (`http.engine_routes.engine_routes`: info, infill, score,
     forget), which `redraft serve --engine-url` speaks, and

@@ -2,18 +2,20 @@
 
 `BatchingEngine(engine)` has the Engine interface (`infill_batch`, `infill`, `score`, `forget`,
 `info`, `sampler`, `with_sampler`, `context_budget`, `count_tokens`, `name`); any number of
-threads call it at once. One loop thread owns the engine. Callers waiting together that share
-sampler settings (up to `max_rows` candidate rows) start as one batch (one forward per step for
-all of them); the loop then runs one denoising step of every running batch in turn
-(`Engine.infill_steps`), and between steps it starts the batches of callers that arrived
-meanwhile and drops those whose callers have all left. So a request starts at the next step,
-not after the running batch, and leaves as soon as it is done: continuous scheduling at the
-granularity of a step. What it does not do: merge a newcomer's rows into the running batch's
-forward (that needs one keys/values layout across different context lengths), so batches that
-started apart take separate forwards — on a CPU, where a row costs the same batched or not,
-nothing is lost; on a GPU that merge is the next step. Two batches never run in turn when they
-share a document (one key/value cache) or when the engine has a static step (one workspace per
-shape, on CUDA: `Engine.interleavable`); those wait for the running batch.
+threads call it at once. One loop thread owns the engine and runs one denoising step of every
+running caller's batch at a time. Each step's forwards are one: every running batch pauses at
+its step's forward (`Engine.infill_steps` yields it), those forwards run as one pass over all
+their rows (`Engine.run_forwards`: the token-wise matmuls over every batch's tokens together,
+attention per batch over its own context keys/values, engine/ragged.py), and each batch resumes
+to pick and commit its own tokens. Between steps the loop starts the callers that arrived
+meanwhile (up to `max_rows` candidate rows running in all) and drops those that are done or
+whose callers left. So a request starts at the next step, its rows join the running forward,
+and it leaves as soon as its own rows are done, not when the slowest caller's are: continuous
+batching at the granularity of a step. A newcomer's context is encoded on its own (its first
+pause: the others wait that long). Two callers of one document never run at once (one key/value
+cache): the later waits for the earlier. An engine with a static step (one workspace per shape,
+on CUDA: `Engine.interleavable` is False) cannot interleave: there the callers waiting together
+start as one batch (one forward per step for all of them) once the running one has finished.
 
 What each caller keeps as it would alone: its own stop rule and document key (each request
 carries them; a document's context keys/values are reused inside a batch of several callers,
@@ -24,7 +26,8 @@ reason is run again one caller at a time, so one caller's bad input fails only t
 `score` and `forget` run on the loop between steps.
 
 It knows nothing of HTTP, Ray or documents; `stats()` says what it did (batch sizes, callers
-waiting and running, steps shared by several batches, the engine's context-cache hits).
+waiting and running, steps shared by several batches, forwards run as one and how many batches
+each held, the engine's context-cache hits).
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ class BatchingEngine:
         self._sizes: Counter[int] = Counter()  # requests per batch -> batches
         self._callers: Counter[int] = Counter()  # callers per batch -> batches
         self._counts: Counter[str] = Counter()
+        self._forward_sizes: Counter[int] = Counter()  # callers whose step forwards ran as one -> times
         self._thread = threading.Thread(target=self._loop, name="redraft-batcher", daemon=True)
         self._thread.start()
 
@@ -186,12 +190,16 @@ class BatchingEngine:
         """Batches run and their sizes, callers waiting and running, the context cache."""
         with self._lock:
             sizes = dict(sorted(self._sizes.items()))
+            per_forward = dict(sorted(self._forward_sizes.items()))
             out = {"batches": sum(sizes.values()), "requests_per_batch": sizes,
                    "callers_per_batch": dict(sorted(self._callers.items())),
-                   "max_batch": max(sizes, default=0),
+                   "callers_per_forward": per_forward,
+                   # the most callers computed together: in one batch, or in one step forward
+                   "max_batch": max(max(sizes, default=0), max(per_forward, default=0)),
                    "queued": len(self._jobs), "running": sum(not j.gone for j in self._running),
                    **{k: self._counts[k] for k in ("requests", "cancelled", "errors", "rerun_alone",
-                                                   "shared_steps", "most_in_turn")}}
+                                                   "shared_steps", "most_in_turn", "forwards",
+                                                   "most_rows_per_forward")}}
         contexts = getattr(self.engine, "context_stats", None)
         out["context_cache"] = contexts() if contexts is not None else None
         return out
@@ -247,30 +255,37 @@ class BatchingEngine:
                 with self._lock:
                     self._counts["shared_steps"] += 1
                     self._counts["most_in_turn"] = max(self._counts["most_in_turn"], len(active))
+            # Every batch to its next forward (newcomers encode their context first), those
+            # forwards as one, then every batch past it to the end of its step.
             active = [g for g in active if not self._advance(g)]
+            self._forward([g for g in active if g.pending is not None])
+            active = [g for g in active if g.pending is None or not self._advance(g)]
             with self._lock:
                 self._running = [j for g in active for j in g.jobs]
 
     def _admit(self, active: list["_Group"]) -> list[list[_Job]]:
-        """Batches to start now (under the lock): while the oldest waiting job's document is not
-        in a running batch (they would share its keys/values) and its rows fit beside the running
-        ones; only when nothing runs on an engine whose batches cannot take turns."""
-        batches: list[list[_Job]] = []
+        """Batches to start now (under the lock). On an engine whose batches take turns, every
+        waiting caller starts as a batch of its own (its step forwards join the running ones',
+        and it leaves when its own rows are done, not the slowest caller's), oldest first, while
+        the rows fit beside the running ones, skipping a caller whose document is in a running
+        batch (they would share its keys/values) until that one ends. On one that cannot, when
+        nothing runs, the callers waiting together that fit start as one batch."""
+        self._drop_gone()
+        if not getattr(self.engine, "interleavable", False):
+            return [] if active or not self._jobs else [self._take(set())]
         keys = set().union(*(g.keys for g in active)) if active else set()
         rows = sum(g.rows for g in active)
-        turns = getattr(self.engine, "interleavable", False)
-        while True:
-            self._drop_gone()
-            if not self._jobs or ((active or batches) and not turns):
-                return batches
-            first = self._jobs[0]
-            if first.keys() & keys or ((active or batches) and rows + first.rows() > self.max_rows):
-                return batches
-            batch = self._take(keys)
-            batches.append(batch)
-            for job in batch:
-                keys |= job.keys()
-                rows += job.rows()
+        batches: list[list[_Job]] = []
+        for job in list(self._jobs):
+            if job.keys() & keys:
+                continue
+            if (active or batches) and rows + job.rows() > self.max_rows:
+                break
+            self._jobs.remove(job)
+            batches.append([job])
+            keys |= job.keys()
+            rows += job.rows()
+        return batches
 
     def _start(self, jobs: list[_Job]) -> "_Group":
         requests, owner, on_preview = self._requests(jobs)
@@ -282,15 +297,38 @@ class BatchingEngine:
                                      on_preview=on_preview, cancel=_AllGone(jobs), cache_key=jobs[0].cache_key))
         return _Group(jobs, steps, owner, set().union(*(j.keys() for j in jobs)), sum(j.rows() for j in jobs))
 
+    def _forward(self, groups: list["_Group"]) -> None:
+        """The step forwards these running batches wait at, as one pass over all their rows
+        (`Engine.run_forwards`). Should that fail, each batch runs its own on resuming, so an
+        error reaches only the batch it belongs to."""
+        run = getattr(self.engine, "run_forwards", None)
+        if not groups or run is None:
+            return
+        forwards = [g.pending for g in groups]
+        try:
+            run(forwards)
+        except Exception as e:  # noqa: BLE001 - the batches run their own forwards instead
+            log.warning("a merged forward failed (%s); its batches run theirs alone", e)
+            for f in forwards:
+                f.hidden = None
+            return
+        rows = sum(f.ids.shape[0] for f in forwards)
+        with self._lock:
+            self._counts["forwards"] += 1
+            self._forward_sizes[sum(len(g.jobs) for g in groups)] += 1
+            self._counts["most_rows_per_forward"] = max(self._counts["most_rows_per_forward"], rows)
+
     def _advance(self, group: "_Group") -> bool:
-        """One denoising step of a running batch; True once it has finished (answered or failed)."""
+        """Resume a running batch up to its next pause: the forward of its next step (left in
+        `pending`) or the end of a step. True once it has finished (answered or failed)."""
+        group.pending = None
         if all(j.gone for j in group.jobs):  # every caller left: stop it between steps
             group.steps.close()
             for job in group.jobs:
                 job.finish(error=Cancelled())
             return True
         try:
-            next(group.steps)
+            group.pending = next(group.steps)
             return False
         except StopIteration as done:
             per_job: dict[_Job, list[Completion]] = {j: [] for j in group.jobs}
@@ -394,6 +432,7 @@ class _Group:
     owner: list[tuple[_Job, int]]
     keys: set[str]  # the documents whose keys/values it uses
     rows: int
+    pending: object | None = None  # the engine's Forward it paused at, waiting to be run
 
 
 def _at_once(fn: Callable[[], list[Completion]]) -> Generator[None, None, list[Completion]]:

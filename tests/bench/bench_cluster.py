@@ -17,7 +17,7 @@ LSP defaults (a 16-token span, the line's Unit as stop rule), the file's URI as 
       `x-session-id` from the document key) on its own thread.
 
 Reported per setting: p50/p95 request latency (client side), completions per second, the batch
-sizes the replicas reached, context-cache hits and misses, and affinity: the share of requests
+sizes the replicas reached (callers whose step forwards ran as one pass), context-cache hits and misses, and affinity: the share of requests
 answered by the replica that answered most of their document's requests. Targets (checked, not
 assumed): 16 editors on 2 replicas p95 <= 2x one editor's, completions/s >= 3x the sequential
 baseline, affinity >= 99%.
@@ -168,19 +168,22 @@ def editors(url: str, work, sampler, stop) -> dict:
 
 
 def batches(before: dict, after: dict) -> dict:
-    """Batch sizes and cache hits during the run: the replicas' counters after minus before."""
+    """Batch sizes and cache hits during the run: the replicas' counters after minus before.
+    A batch size is the callers whose step forwards ran as one pass (continuous batching)."""
     sizes: Counter = Counter()
-    hits = misses = 0
+    started = hits = misses = 0
     old = {r["replica"]: r for r in before["replicas"]}
+    empty = {"callers_per_forward": {}, "requests_per_batch": {}, "context_cache": {"hits": 0, "misses": 0}}
     for r in after["replicas"]:
-        prev = old.get(r["replica"], {"requests_per_batch": {}, "context_cache": {"hits": 0, "misses": 0}})
-        for size, count in r["requests_per_batch"].items():
-            sizes[int(size)] += count - prev["requests_per_batch"].get(size, 0)
+        prev = old.get(r["replica"], empty)
+        for size, count in r["callers_per_forward"].items():
+            sizes[int(size)] += count - prev["callers_per_forward"].get(size, 0)
+        started += sum(r["requests_per_batch"].values()) - sum(prev["requests_per_batch"].values())
         hits += r["context_cache"]["hits"] - prev["context_cache"]["hits"]
         misses += r["context_cache"]["misses"] - prev["context_cache"]["misses"]
     sizes = Counter({s: c for s, c in sizes.items() if c})
     n = sum(sizes.values())
-    return {"batches": n, "requests_per_batch": dict(sorted(sizes.items())),
+    return {"batches": started, "forwards": n, "callers_per_forward": dict(sorted(sizes.items())),
             "mean_batch": round(sum(s * c for s, c in sizes.items()) / n, 2) if n else 0,
             "max_batch": max(sizes, default=0), "cache_hits": hits, "cache_misses": misses,
             "replicas": len(after["replicas"])}

@@ -221,6 +221,12 @@ class Engine:
         step, whose one workspace per shape holds a single batch's context."""
         return self.steps is None
 
+    def dynamic_steps(self) -> None:
+        """Run every step dynamically from now on, without the static (CUDA-graph) step: a
+        scheduler that merges several batches' forwards (`run_forwards`) needs them to take
+        turns, which one static workspace per shape cannot (`interleavable` becomes True)."""
+        self.steps = None
+
     @torch.inference_mode()
     def run_forwards(self, forwards: list[Forward]) -> None:
         """The step forwards that several runs of `infill_steps` paused at (each yields its

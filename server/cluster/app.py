@@ -119,6 +119,9 @@ class EngineReplica:
         error = self.inference.load(config.model, device, config.dtype).result()
         if error is not None:
             raise RuntimeError(error)  # Serve marks the replica unhealthy and says why
+        # Continuous batching merges every running request's forwards into one pass: it needs
+        # dynamic steps (on CUDA the engine would replay one captured step per batch instead).
+        self.inference.engine.dynamic_steps()
         self.batcher = BatchingEngine(self.inference.engine, max_rows=config.max_rows)
         self.inference.engine = self.batcher  # every route, HTTP API or protocol, shares the batches
         # One thread per request the replica takes: each waits while the batcher runs its request

@@ -14,8 +14,9 @@ and it leaves as soon as its own rows are done, not when the slowest caller's ar
 batching at the granularity of a step. A newcomer's context is encoded on its own (its first
 pause: the others wait that long). Two callers of one document never run at once (one key/value
 cache): the later waits for the earlier. An engine with a static step (one workspace per shape,
-on CUDA: `Engine.interleavable` is False) cannot interleave: there the callers waiting together
-start as one batch (one forward per step for all of them) once the running one has finished.
+on CUDA: `Engine.interleavable` is False; `Engine.dynamic_steps` lifts it) cannot interleave:
+there the callers waiting together start as one batch (one forward per step for all of them)
+once the running one has finished.
 
 What each caller keeps as it would alone: its own stop rule and document key (each request
 carries them; a document's context keys/values are reused inside a batch of several callers,

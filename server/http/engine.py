@@ -10,6 +10,7 @@ Knows nothing of HTTP beyond ApiError, which the routes turn into JSON.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -27,7 +28,8 @@ from .templates import Params
 
 log = logging.getLogger(__name__)
 
-URI = "untitled:redraft-http"  # the document name, and cache key, of every HTTP request
+URI = "untitled:redraft-http"  # what HTTP requests' documents are called; `document_uri` adds the file
+FILE_START_LINES, FILE_START_CHARS = 3, 256  # what tells one file from another when no path is given
 # An HTTP client asks for whatever follows the cursor: where the LSP server would answer
 # nothing (mid-identifier, text right of the cursor), the rest of the line.
 HTTP_MODE = AskedMode(Mode.LINE, "http", only_if_none=True)
@@ -53,9 +55,25 @@ class ApiChoice:
 # -- the engine side (runs on the inference executor) -----------------------------------
 
 
+def document_uri(prefix: str, path: str = "") -> str:
+    """The name a request's text goes by, and its engine cache key: one per file, so that a file's
+    keystrokes reuse its context keys/values and different files - other users of one shared
+    server - run side by side instead of one after another on a single key. From the path when
+    the client gives one, else from the first complete lines before the cursor (a file's start
+    stays put while one types further down; a moving window's start gets a key of its own,
+    whose keys/values could not be reused anyway)."""
+    if not path:
+        lines = prefix[:FILE_START_CHARS].split("\n")[:-1][:FILE_START_LINES]  # complete lines only
+        path = "\n".join(lines)
+    if not path:
+        return URI
+    return f"{URI}#{hashlib.sha256(path.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
 def fim_snapshot(prefix: str, suffix: str, config: ServerConfig, language: str = "", path: str = "") -> Snapshot:
     """The LSP server's snapshot of `prefix + suffix` with the cursor between them."""
-    snap, doc = text_snapshot(URI, prefix + suffix, len(prefix), config, language, path, asked=HTTP_MODE)
+    snap, doc = text_snapshot(document_uri(prefix, path), prefix + suffix, len(prefix), config, language, path,
+                              asked=HTTP_MODE)
     return own_drafts(snap, doc, config)
 
 

@@ -87,3 +87,17 @@ def test_runs_stepped_together_answer_as_they_do_alone(engines, family):
     for g, w in zip(got, want):
         assert [c.token_ids for c in g] == [c.token_ids for c in w]
         assert [c.text for c in g] == [c.text for c in w]
+
+
+def test_an_engine_with_a_static_step_takes_turns_once_its_steps_are_dynamic(engines):
+    engine = engines["redraft"]
+    static = Engine(engine.model, engine.tokenizer, EngineConfig(reuse_cache=False, step_graphs="on"), name="static")
+    want = static.infill(*PROMPTS[0], sampler=GREEDY)
+    assert not static.interleavable and static.steps is not None
+    static.dynamic_steps()
+    assert static.interleavable and static.steps is None
+    runs = [static.infill_steps([InfillRequest(p, s)], sampler=GREEDY, cache_key=f"s{i}")
+            for i, (p, s) in enumerate(PROMPTS[:2])]
+    got, sizes = _step_together(static, runs)
+    assert max(sizes) == 2
+    assert got[0][0].token_ids == want.token_ids

@@ -128,6 +128,28 @@ def test_an_http_answer_is_the_lsp_servers_answer(servers, inference):
     assert r.json()["choices"][0]["text"] == ("" if direct.edit is None else direct.edit.text)
 
 
+def test_each_file_gets_its_own_cache_key_and_its_keystrokes_share_it(servers, inference):
+    """Requests for different files are different documents to the engine (a shared server runs
+    them side by side, each reusing its own keys/values), a file's next keystroke reuses its
+    context; a path, when the client sends one, names the file."""
+    a = "import os\nimport sys\n\n\ndef main():\n    x = "
+    b = "import json\n\n\nclass Config:\n    name = "
+    assert fim_snapshot(a, "\n", CONFIG).uri == fim_snapshot(a + "1", "\n", CONFIG).uri
+    assert fim_snapshot(a, "\n", CONFIG).uri != fim_snapshot(b, "\n", CONFIG).uri
+    assert fim_snapshot(b, "\n", CONFIG, path="x.py").uri != fim_snapshot(b, "\n", CONFIG, path="y.py").uri
+
+    def stats():
+        return on_engine(inference, lambda: inference.engine.context_stats())
+    before = stats()
+    for prompt in (a, b, a + "1"):
+        r = httpx.post(f"{servers[0]}/v1/completions", json={"prompt": prompt, "suffix": "\n", "temperature": 0},
+                       timeout=30)
+        assert r.status_code == 200
+    after = stats()
+    assert after["documents"] >= before["documents"] + 2  # a and b, each its own
+    assert after["hits"] >= before["hits"] + 1  # a's second keystroke reused a's keys/values
+
+
 def test_n_choices_and_stop_strings(servers):
     r = httpx.post(f"{servers[0]}/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "n": 3, "stop": "a"},
                    timeout=30).json()

@@ -21,7 +21,7 @@ several tokens at a time and may run past the semi-autoregressive block. Scores 
 
 `Denoiser.run` in steps: encode the context, judge the drafts, then step (pick at masked
 positions, hold some back, choose the span length, commit, stream a preview) until nothing is
-masked, and score what is left. The rows and everything kept per row live in one `Running`
+masked, and score what is left. The rules of which picks commit are unmask.py's. The rows and everything kept per row live in one `Running`
 object; rows are dropped only through `Running.keep`, so every per-row field follows.
 """
 
@@ -43,6 +43,8 @@ from .model import DiffusionLM
 from .picks import Picks, choose
 from .ragged import Forward
 from .step import StaticStep, StepGraphs
+from .unmask import (best_rows_first_step, commit_mask, defer_early_ends, fewer, fill_after_end, outside_block,
+                     span_positions, stop_finished_units)
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
@@ -225,7 +227,7 @@ class Denoiser:
             kv, reused = encode_context(self.model, batch, self.reuse, extra=batch.A)
         kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
         x = batch.act_ids.clone()
-        span = _span_positions(batch)
+        span = span_positions(batch)
         seeded = span & (x != self._mask_id)
         conf = torch.ones(x.shape, dtype=torch.float32, device=x.device)
         logp = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
@@ -261,9 +263,9 @@ class Denoiser:
         st.forwards += 1
         st.steps += 1
         if self.scfg.end_in_order:
-            self._defer_early_ends(picks, b_idx, a_idx, st.masked)
+            defer_early_ends(picks, b_idx, a_idx, st.masked, self.ends_host)
         if self.scfg.block_size:
-            self._outside_block(picks, b_idx, a_idx, st.masked, st.batch.span_at)
+            outside_block(picks, b_idx, a_idx, st.masked, st.batch.span_at, self.scfg.block_size)
         if step == 1 and self.scfg.length_choice == "first_step" and st.batch.B > 1:
             b_idx, a_idx, picks = self._choose_length(st, b_idx, a_idx, picks)
         self._commit(st, b_idx, a_idx, picks, step, max_steps)
@@ -340,7 +342,7 @@ class Denoiser:
     def _choose_length(self, st: Running, b_idx, a_idx, picks: Picks):
         """Keep each request's most confident span length after the first step; the step's
         picks follow the rows that stay."""
-        rows = self._best_rows_first_step(b_idx, picks.top_logp, st.alive)
+        rows = best_rows_first_step(b_idx, picks.top_logp, st.alive)
         if rows is None:
             return b_idx, a_idx, picks
         st.keep(rows)
@@ -352,16 +354,16 @@ class Denoiser:
     def _commit(self, st: Running, b_idx, a_idx, picks: Picks, step: int, max_steps: int) -> None:
         """Unmask the picks that clear the threshold (at least one per row), then pad after end
         tokens and stop rows whose unit is complete."""
-        commit = self._commit_mask(b_idx, picks.score, st.masked, step, max_steps, st.batch.B)
+        commit = commit_mask(b_idx, picks.score, st.masked, step, max_steps, st.batch.B, self.scfg)
         cb, ca = b_idx[commit], a_idx[commit]
         st.x[cb, ca] = picks.tokens[commit]
         st.conf[cb, ca] = picks.prob[commit]
         st.logp[cb, ca] = picks.logp[commit]
         st.masked[cb, ca] = False
         if self.scfg.end_fills_rest:
-            self._fill_after_end(st.x, st.masked, cb, ca, picks.tokens[commit])
+            fill_after_end(st.x, st.masked, cb, ca, picks.tokens[commit], self.ends_host, self.pad_id)
         if self.stop is not None:
-            self._stop_finished_units(st.x, st.masked, st.batch.span_at)
+            stop_finished_units(st.x, st.masked, st.batch.span_at, self.ends_host, self.pad_id, self.stop)
 
     def _stream(self, st: Running) -> None:
         if self.on_step is not None:
@@ -382,7 +384,7 @@ class Denoiser:
         pass: alternatives for one place (the text as it is, a proposed edit) scored alike."""
         kv, _ = encode_context(self.model, batch, self.reuse, extra=batch.A)
         kvalid = None if bool(batch.key_valid().all()) else batch.key_valid()
-        seeded = _span_positions(batch)
+        seeded = span_positions(batch)
         self.running = None  # every row stays: alive is the owners
         lp, _, _ = drain(self._judge_drafts(batch, kv, kvalid, batch.act_ids, seeded))
         return lp.masked_fill(~seeded, 0.0).sum(1) / seeded.sum(1).clamp_min(1)
@@ -485,7 +487,7 @@ class Denoiser:
         best: dict[int, int] = {}
         for b in whole.nonzero(as_tuple=True)[0].tolist():
             best.setdefault(owners[b], b)
-        return _fewer(set(best.values()) | {b for b in range(len(owners)) if owners[b] not in best}, len(owners))
+        return fewer(set(best.values()) | {b for b in range(len(owners)) if owners[b] not in best}, len(owners))
 
     def _score_rows(self, batch: Batch, kv: KVCache, kvalid, x, logp,
                     rescore: bool) -> Generator[Forward, None, tuple[torch.Tensor, int]]:
@@ -496,7 +498,7 @@ class Denoiser:
         """
         cfg = self.model.config
         ends = torch.isin(x, self.end_ids)
-        span = _span_positions(batch)
+        span = span_positions(batch)
         # positions up to and including the first end token
         after_end = (torch.cumsum((ends & span).long(), dim=1) - (ends & span).long()) > 0
         use = span & ~after_end
@@ -538,97 +540,3 @@ class Denoiser:
                 keep = logits[n, allowed].clone()
                 logits[n] = float("-inf")
                 logits[n, allowed] = keep
-
-    @staticmethod
-    def _best_rows_first_step(b_idx, top_logp, owners: list[int]) -> torch.Tensor | None:
-        """Per request, keep the candidate length whose first-step predictions are most confident."""
-        best: dict[int, tuple[float, int]] = {}
-        for b in range(len(owners)):
-            sel = b_idx == b
-            score = float(top_logp[sel].mean()) if bool(sel.any()) else -math.inf
-            if owners[b] not in best or score > best[owners[b]][0]:
-                best[owners[b]] = (score, b)
-        return _fewer({b for _, b in best.values()}, len(owners))
-
-    def _commit_mask(self, b_idx, score, masked, step: int, max_steps: int, B: int) -> torch.Tensor:
-        commit = torch.zeros_like(score, dtype=torch.bool)
-        left = masked.sum(1)
-        steps_left = max(1, max_steps - step + 1)
-        for b in range(B):
-            rows = (b_idx == b).nonzero(as_tuple=True)[0]
-            if rows.numel() == 0:
-                continue
-            s = score[rows]
-            if self.scfg.tokens_per_step > 0:
-                k = self.scfg.tokens_per_step
-            else:
-                k = int((s >= self.scfg.threshold).sum())
-            k = max(k, 1, math.ceil(int(left[b]) / steps_left))
-            k = min(k, rows.numel())
-            commit[rows[s.topk(k).indices]] = True
-        return commit
-
-    def _defer_early_ends(self, picks: Picks, b_idx, a_idx, masked) -> None:
-        """An end token may be committed only where nothing before it is still masked.
-
-        Trailing padding is the easiest thing to predict, so without this a model that was
-        trained with padded spans commits the padding first and then ends the span early.
-        """
-        ended = torch.isin(picks.tokens, self.ends_host)
-        if not bool(ended.any()):
-            return
-        first_masked = torch.where(masked, torch.arange(masked.shape[1], device=masked.device),
-                                   masked.shape[1]).min(1).values
-        early = ended & (a_idx > first_masked[b_idx])
-        picks.score[early] = -1.0  # below any threshold; still chosen if nothing else is (never: the first is eligible)
-
-    def _outside_block(self, picks: Picks, b_idx, a_idx, masked, span_at: int) -> None:
-        """Semi-autoregressive blocks (LLaDA / Fast-dLLM): only the leftmost block that still
-        has masks may be unmasked; the threshold decides how many of its tokens go per step."""
-        n = self.scfg.block_size
-        idx = torch.arange(masked.shape[1], device=masked.device)
-        first = torch.where(masked, idx, masked.shape[1]).min(1).values  # first masked position per row
-        block_start = span_at + (first - span_at) // n * n
-        outside = a_idx >= block_start[b_idx] + n
-        if picks.copied is not None:
-            outside &= ~picks.copied  # a copied run goes on past the block
-        picks.score[outside] = -2.0  # never above the threshold, and below every in-block position
-
-    def _stop_finished_units(self, x, masked, span_at: int) -> None:
-        """Rows whose committed beginning already completes the unit end here: the rest is padding."""
-        ends = set(self.ends_host.tolist())
-        for b in range(x.shape[0]):
-            if not bool(masked[b].any()):
-                continue
-            first = int(masked[b].nonzero()[0])
-            ids = []
-            for t in x[b, span_at:first].tolist():
-                if t in ends:
-                    break
-                ids.append(t)
-            if ids and self.stop(b, ids):
-                x[b, masked[b]] = self.pad_id
-                masked[b] = False
-
-    def _fill_after_end(self, x, masked, cb, ca, tokens) -> None:
-        ended = torch.isin(tokens, self.ends_host)
-        if not bool(ended.any()):
-            return
-        pad = self.pad_id
-        for b, a in zip(cb[ended].tolist(), ca[ended].tolist()):
-            later = masked[b].clone()
-            later[: a + 1] = False
-            x[b, later] = pad
-            masked[b, later] = False
-
-
-def _span_positions(batch: Batch) -> torch.Tensor:
-    """[B, A] the active block's span positions that hold a token of the row (not padding)."""
-    span = torch.zeros_like(batch.act_valid)
-    span[:, batch.span_at:] = True
-    return span & batch.act_valid
-
-
-def _fewer(keep: set[int], B: int) -> torch.Tensor | None:
-    """The rows to keep as an ascending index, or None when that is every row."""
-    return None if len(keep) == B else torch.tensor(sorted(keep), dtype=torch.long)

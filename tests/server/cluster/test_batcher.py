@@ -279,3 +279,28 @@ def test_requests_on_the_same_document_never_run_in_turn(engine, slowed):
         assert batcher.stats()["most_in_turn"] == 0 and batcher.stats()["batches"] == 2
     finally:
         batcher.close()
+
+
+def test_a_merged_forward_that_fails_leaves_each_batch_to_run_its_own(engine, slowed, monkeypatch):
+    """The loop's merged pass is an optimisation: should it raise, every batch runs its own
+    forward on resuming and each caller still gets its own text."""
+    stops = [None, lambda t: "\n" in t, None]
+    want = [alone(engine, p, s, stop=stops[i]) for i, (p, s) in enumerate(PROMPTS[:3])]
+    tried = []
+
+    def broken(forwards):
+        tried.append(len(forwards))
+        raise RuntimeError("merged pass unavailable")
+    monkeypatch.setattr(engine, "run_forwards", broken, raising=False)
+    batcher = BatchingEngine(engine)
+    try:
+        got, errors = run_threads([
+            (lambda i=i: batcher.infill(*PROMPTS[i], sampler=GREEDY, cache_key=f"broken{i}", stop=stops[i]))
+            for i in range(3)])
+        assert not errors
+        assert tried and max(tried) >= 2  # the loop did try to merge several batches' forwards
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        stats = batcher.stats()
+        assert stats["forwards"] == 0 and stats["errors"] == 0
+    finally:
+        batcher.close()

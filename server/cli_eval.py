@@ -20,6 +20,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
                     help="drafts from the same file: seed the model (the server's default), alone, or off")
     cache_arg(ei)
+    ei.add_argument("--workspace", action="store_true",
+                    help="drafts also from the other files of each sample's package (the first folder under "
+                         "DIR), as the server's come from the workspace when the client names a root")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -74,8 +77,9 @@ def _eval_infill(args) -> int:
     if engine is not None:
         engine.with_sampler(seed=args.seed)
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on")
-    outcomes = run(engine, sources, kinds, args.limit, args.seed, config)
-    rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts)
+    outcomes = run(engine, sources, kinds, args.limit, args.seed, config, workspace=args.workspace)
+    rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts,
+                 args.workspace)
     if args.json:
         print_json(rep)
     else:

@@ -261,9 +261,10 @@ def find_drafts(doc: Document, index: draft_index.DraftIndex | None, row: int, c
 
 
 def copies(doc: Document, index: draft_index.DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
-           others: list[tuple[str, draft_index.DraftIndex]] = (), recent: list[tuple[str, int]] = ()) -> Copies:
+           others: list[tuple[str, draft_index.DraftIndex]] = (), recent: list[tuple[str, int]] = (),
+           workspace: list[tuple[str, draft_index.DraftIndex]] = ()) -> Copies:
     """The text before a cursor and the indexes to search for code that continues it (see
-    `find_drafts`)."""
+    `find_drafts`; `workspace`: (uri, index) of files that are not open, workspace.py)."""
     line = doc.lines[row]
     before = [line[max(0, col - DRAFT_BEFORE_CHARS):col]]
     size = len(before[0])
@@ -281,6 +282,7 @@ def copies(doc: Document, index: draft_index.DraftIndex | None, row: int, col: i
                                                kind_at=None if tree is None else draft_index.tree_kind_at(tree, index)))
     sources += [draft_index.DraftSource(ix, "open", uri) for uri, ix in others]
     sources += [draft_index.recent_source(text, doc.uri, first) for text, first in recent]
+    sources += [draft_index.DraftSource(ix, "workspace", uri) for uri, ix in workspace]
     return Copies(before, tuple(sources), kind, max_lines if mode is Mode.BLOCK else 1)
 
 
@@ -295,13 +297,14 @@ def text_snapshot(uri: str, text: str, cursor: int, config: ServerConfig, langua
 
 
 def own_drafts(snap: Snapshot, doc: Document, config: ServerConfig,
-               index: draft_index.DraftIndex | None = None) -> Snapshot:
+               index: draft_index.DraftIndex | None = None,
+               workspace: list[tuple[str, draft_index.DraftIndex]] = ()) -> Snapshot:
     """The snapshot with drafts and the cache model's lookup from its own document only (per
-    the drafts and cache settings)."""
+    the drafts and cache settings), and from `workspace` files when given (the evaluation's)."""
     if config.drafts == "off" and not config.cache:
         return snap
     index = index or draft_index.DraftIndex(doc.lines)
-    found = copies(doc, index, snap.row, snap.col, snap.mode, config.max_lines)
+    found = copies(doc, index, snap.row, snap.col, snap.mode, config.max_lines, workspace=workspace)
     return replace(snap, drafts=() if config.drafts == "off" else found.drafts(config.max_drafts),
                    lookup=found.lookup() if config.cache else None)
 

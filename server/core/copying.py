@@ -19,7 +19,7 @@ from redraft.engine import Continuation
 
 from . import drafts as draft_index
 
-SOURCE_WEIGHT = {"buffer": 1.0, "recent": 1.0, "open": 0.5}
+SOURCE_WEIGHT = {"buffer": 1.0, "recent": 1.0, "open": 0.5, "workspace": 0.5}
 PER_SOURCE = 8  # matches per index and query
 LIMIT = 12  # distinct continuations per query
 BEFORE_CHARS = 4096  # of the text before the position, at most (as for drafts)

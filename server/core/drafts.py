@@ -58,7 +58,7 @@ FILE_NOW_CHARS = 64 << 10
 # few event-loop turns it takes to read and answer.
 FILE_SLICE_CHARS = 4 << 10
 SAME_KIND_BONUS = 8.0  # a candidate in the cursor's syntactic kind counts as this many chars longer
-SOURCE_RANK = {"buffer": 0, "recent": 1, "open": 2}
+SOURCE_RANK = {"buffer": 0, "recent": 1, "open": 2, "workspace": 3}
 _WS = " \t\r\n\f\v"
 _FAR = 1 << 30  # distance of a candidate from another document
 _COLUMN = (1 << 32) - 1  # the column bits of a bucket entry
@@ -383,7 +383,7 @@ def _blank(s: str) -> bool:
 @dataclass(frozen=True)
 class DraftCandidate:
     text: str
-    source: str  # "buffer" | "open" | "recent"
+    source: str  # "buffer" | "open" | "recent" | "workspace"
     uri: str
     row: int  # where the continuation starts in its document
     col: int
@@ -393,10 +393,11 @@ class DraftCandidate:
 
 @dataclass(frozen=True)
 class DraftSource:
-    """One index to search: the cursor's document, another open one, or a recent snippet."""
+    """One index to search: the cursor's document, another open one, a recent snippet or a file
+    of the workspace that is not open."""
 
     index: DraftIndex
-    source: str = "buffer"  # "buffer" | "open" | "recent"
+    source: str = "buffer"  # "buffer" | "open" | "recent" | "workspace"
     uri: str = ""
     cursor: tuple[int, int] | None = None  # (row, col) of the cursor when it is in this document
     first_row: int = 0  # document row of the index's first line (snippets)

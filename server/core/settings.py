@@ -36,6 +36,9 @@ class ServerConfig:
     # by default: with the shipped model it made held-out answers no better (README).
     cache: bool = False
     extra_context: bool = True  # definitions from other open documents and recent edits, ahead of the prefix
+    # Drafts from the workspace's files that are not open (when the client names a root folder;
+    # indexed once, in the background, within bounds: workspace.py)
+    workspace_files: bool = True
     extra_share: float = 0.25  # of the context budget, at most, for the extra context
     next_edit: bool = True  # compute next-edit suggestions ahead once typing pauses
     # A proposed edit is kept when its mean log-prob per token is at least the text's as it is plus
@@ -85,7 +88,8 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
             raise ValueError("must be a number in -100..100")
         return float(value)
-    if name in ("comments", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache"):
+    if name in ("comments", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache",
+                "workspace_files"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
         return value

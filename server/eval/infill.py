@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -45,6 +46,7 @@ from ..core.context import AskedMode, Mode, own_drafts, text_snapshot
 from ..core.drafts import DraftIndex
 from ..core.inference import Answer, answer
 from ..core.settings import ServerConfig
+from ..core.workspace import Workspace
 from . import metrics, syntax
 from .baseline import copy_answer, ratio
 from .samples import KINDS, SPAN_BUDGET, Sample, Source, draw
@@ -86,12 +88,16 @@ def snapshot(source: Source, sample: Sample, config: ServerConfig):
                          asked=AskedMode(mode, f"eval {sample.kind}", header))
 
 
-def answer_sample(engine, source: Source, sample: Sample, config: ServerConfig) -> Answer:
-    """One sample through the server's path; the drafts lookup is timed with the request."""
+def answer_sample(engine, source: Source, sample: Sample, config: ServerConfig,
+                  workspace: Workspace | None = None) -> Answer:
+    """One sample through the server's path; the drafts lookup is timed with the request.
+    With a `workspace` (the other files of the sample's package), drafts come from its files
+    nearest the sample's too, as the server's do when the client names a root folder."""
     snap, doc = snapshot(source, sample, config)
     index = DraftIndex(doc.lines)  # the server keeps this up to date as edits arrive: not timed
     t0 = time.perf_counter()
-    snap = own_drafts(snap, doc, config, index)
+    near = [] if workspace is None else workspace.nearest(_path(source))
+    snap = own_drafts(snap, doc, config, index, near)
     if engine is not None:
         engine.forget(URI)  # cold context: timings independent of the order of samples
     lookup_ms = (time.perf_counter() - t0) * 1000
@@ -122,20 +128,24 @@ def copy_sample(source: Source, sample: Sample, config: ServerConfig) -> Answer:
 
 
 def score_sample(engine, source: Source, sample: Sample, config: ServerConfig,
-                 errors_before: int | None = None) -> Scored:
-    """The mode's answer scored, with the copy baseline's scored beside it."""
+                 errors_before: int | None = None, workspace: Workspace | None = None) -> Scored:
+    """The mode's answer scored, with the copy baseline's scored beside it (the baseline copies
+    from the same file only, workspace or not)."""
     def scored(a: Answer) -> Scored:
         text = "" if a.edit is None else a.edit.text
         return score(source, sample, text, a.stats, errors_before, a.edit is None,
                      a.source if a.edit is not None else "")
-    out = scored(answer_sample(engine, source, sample, config))
+    out = scored(answer_sample(engine, source, sample, config, workspace))
     out.copy = scored(copy_sample(source, sample, config))
     return out
 
 
 def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, config: ServerConfig,
-        on_outcome: Callable[[Scored], None] | None = None) -> dict[str, list[Scored]]:
-    """Draw `limit` samples per kind, complete and score each; outcomes per kind."""
+        on_outcome: Callable[[Scored], None] | None = None, workspace: bool = False) -> dict[str, list[Scored]]:
+    """Draw `limit` samples per kind, complete and score each; outcomes per kind. With
+    `workspace`, each sample's drafts also come from the other files of its package (the
+    first folder of its path)."""
+    spaces = packages(sources) if workspace else {}
     drawn = {kind: draw(sources, kind, limit, seed) for kind in kinds}
     first = next((s for k in kinds for s in drawn[k]), None)
     if first is not None:  # warm-up: the first request pays one-time costs; not counted
@@ -148,11 +158,27 @@ def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, 
             src = sources[sample.file]
             if sample.file not in errors:
                 errors[sample.file] = syntax.count_errors(src.text)
-            o = score_sample(engine, src, sample, config, errors[sample.file])
+            o = score_sample(engine, src, sample, config, errors[sample.file], spaces.get(_package(src)))
             out[kind].append(o)
             if on_outcome is not None:
                 on_outcome(o)
     return out
+
+
+def packages(sources: list[Source]) -> dict[str, Workspace]:
+    """A workspace per package (the first folder of the files' paths) of its files' texts."""
+    texts: dict[str, dict[Path, str]] = {}
+    for src in sources:
+        texts.setdefault(_package(src), {})[_path(src)] = src.text
+    return {name: Workspace.of_texts(files) for name, files in texts.items()}
+
+
+def _package(src: Source) -> str:
+    return src.path.split("/", 1)[0] if "/" in src.path else ""
+
+
+def _path(src: Source) -> Path:
+    return Path("/", *src.path.split("/"))
 
 
 def summarize(outcomes: list[Scored]) -> dict:
@@ -178,7 +204,7 @@ def summarize(outcomes: list[Scored]) -> dict:
 
 
 def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, list[Scored]],
-           drafts: str = "seeded") -> dict:
+           drafts: str = "seeded", workspace: bool = False) -> dict:
     """Per kind the mode's row with the copy baseline's row and the ratios beside it."""
     kinds = {}
     for kind, outs in outcomes.items():
@@ -187,7 +213,8 @@ def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, lis
         kinds[kind] = {**row, "copy": copy, "vs_copy": {k: ratio(row[k], copy[k]) for k in VS_COPY}}
     idle = [kind for kind, s in kinds.items() if s["n"] and s["tokens_per_forward"] is None]
     notes = [f"no model forwards in {', '.join(idle)}: tokens_per_forward is None"] if idle else []
-    return {"model": model, "files": len(sources), "seed": seed, "drafts": drafts, "kinds": kinds, "notes": notes}
+    return {"model": model, "files": len(sources), "seed": seed, "drafts": drafts, "workspace": workspace,
+            "kinds": kinds, "notes": notes}
 
 
 def _cell(key: str, value) -> str:

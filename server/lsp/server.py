@@ -267,6 +267,8 @@ def _lifecycle(server: LanguageServer, session: Session, loader: _Loader) -> Non
         # the model loads in the background (since the server started, unless the options name
         # another); until the first load settles, drafts answer
         loader.apply_settings(params.initialization_options, load=True)
+        folders = [f.uri for f in params.workspace_folders or []]
+        session.set_roots(folders or [params.root_uri or params.root_path or ""])
         loader.answered_initialize = True
 
     @server.feature(T.INITIALIZED)

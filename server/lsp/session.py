@@ -30,6 +30,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import Callable
 
 from ..core import drafts as draft_index
@@ -43,6 +44,7 @@ from ..core.languages import syntax_for
 from ..core.postprocess import Edit
 from ..core.refill import refill_edits, refill_row
 from ..core.remote import RemoteEngine
+from ..core.workspace import Workspace, uri_path
 from .scheduler import Scheduler
 from .stats import Counters
 
@@ -143,6 +145,7 @@ class Session:
         # publish(method, params) sends a notification from any thread (set by the LSP layer)
         self.publish = None
         self.heard = 0.0  # time.monotonic() of the newest client message (set by the LSP layer)
+        self.workspace: Workspace | None = None  # the client's root folders, indexed for drafts
 
     # -- settings ------------------------------------------------------------------------
 
@@ -153,6 +156,16 @@ class Session:
         old, self.config = self.config, new
         return problems, ((new.model, new.device, new.dtype, new.engine_url)
                           != (old.model, old.device, old.dtype, old.engine_url))
+
+    def set_roots(self, roots: list[str]) -> None:
+        """The client's workspace folders (file: URIs or paths): their source files are indexed
+        for drafts in the background, unless `workspace_files` is off."""
+        if not self.config.workspace_files or self.workspace is not None:
+            return
+        paths = [p for p in (uri_path(r) if "://" in r else Path(r) for r in roots if r) if p is not None]
+        paths = [p for p in paths if p.is_dir()]
+        if paths:
+            self.workspace = Workspace(paths)
 
     def load_model(self, wait: Callable[[], None] | None = None) -> Future:
         c = self.config
@@ -167,6 +180,8 @@ class Session:
         doc = Document(uri, text, version, language_id, syntax_for(language_id, uri))
         st = self.docs[uri] = DocState(doc, None)
         self._reindex(uri, st)
+        if self.workspace is not None and self.config.workspace_files:
+            self.workspace.prepare(uri)  # index the files nearest it, in the background
 
     def change(self, uri: str, version: int, changes) -> None:
         st = self.docs.get(uri)
@@ -228,6 +243,8 @@ class Session:
             self.scheduler.supersede(uri + "#edits")
             self.inference.forget(uri)
             self.definitions.pop(uri, None)
+            if self.workspace is not None:  # its text on disk may be newer than the workspace's index
+                self.workspace.reload(uri)
 
     # -- completion ----------------------------------------------------------------------
 
@@ -326,7 +343,10 @@ class Session:
             text = _head(ev.removed, RECENT_MAX_CHARS)
             if len(text.strip()) >= draft_index.MIN_CHARS:
                 recent.append((text, ev.first_line))
-        return copies(st.doc, st.index, snap.row, snap.col, snap.mode, self.config.max_lines, others, recent)
+        near = []
+        if self.workspace is not None and self.config.workspace_files:
+            near = self.workspace.nearest(snap.uri, exclude={p for p in map(uri_path, self.docs) if p is not None})
+        return copies(st.doc, st.index, snap.row, snap.col, snap.mode, self.config.max_lines, others, recent, near)
 
     def _streamer(self, snap: Snapshot):
         publish, uri, version = self.publish, snap.uri, snap.version
@@ -462,4 +482,5 @@ class Session:
         d["model_error"] = self.inference.load_error
         engine = self.inference.engine
         d["remote"] = engine.status() if isinstance(engine, RemoteEngine) else None
+        d["workspace"] = None if self.workspace is None else self.workspace.stats()
         return d

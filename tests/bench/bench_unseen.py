@@ -135,14 +135,17 @@ async def start(args, options: dict) -> tuple[LanguageClient, list[str], list[st
         async for raw in client._server.stderr:
             stderr.append(raw.decode("utf-8", "replace").rstrip())
     asyncio.ensure_future(drain())
-    await client.initialize_async(T.InitializeParams(capabilities=CAPS, initialization_options=options))
+    root = Path(args.files).resolve().as_uri() if args.workspace else None
+    await client.initialize_async(T.InitializeParams(capabilities=CAPS, initialization_options=options,
+                                                     root_uri=root))
     client.initialized(T.InitializedParams())
-    for _ in range(1200):  # cold = the first request in a new document, not the model load
-        if (await client.protocol.send_request_async("redraft/stats", None)).model is not None:
+    for _ in range(1200):  # cold = the first request in a new document, not the model load (nor indexing)
+        st = await client.protocol.send_request_async("redraft/stats", None)
+        if st.model is not None and (root is None or (st.workspace is not None and st.workspace.ready)):
             break
         await asyncio.sleep(0.05)
     else:
-        messages.append("model not reported loaded after 60 s; going on")
+        messages.append("model (or workspace) not reported ready after 60 s; going on")
     return client, messages, stderr
 
 
@@ -156,7 +159,10 @@ async def bench(args, options: dict, sources: list[Source], samples: list[Sample
     cases = []
     for i, sample in enumerate(samples):
         src = sources[sample.file]
-        uri = f"file:///bench/unseen/{i:04d}/{src.path}"
+        # With the workspace, the case is the file itself (the workspace's copy of it, which still
+        # holds the removed text, is never searched for its own document).
+        uri = (Path(args.files).resolve() / src.path).as_uri() if args.workspace else \
+            f"file:///bench/unseen/{i:04d}/{src.path}"
         cases.append(await run_case(client, uri, src, sample))
     cpu1, peak, stats = await finish(client, pid)
     return {"cases": cases, "cpu_s": cpu1 - cpu0, "peak_mib": peak, "messages": messages,
@@ -242,6 +248,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None)
     ap.add_argument("--settings", type=json.loads, default={}, help="initializationOptions, a JSON object")
+    ap.add_argument("--workspace", action="store_true",
+                    help="initialize with --files as the root folder (drafts from the other files too); "
+                         "each case is then opened under its file's own path")
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)
     sources, _ = load_sources(Path(args.files))
@@ -251,7 +260,7 @@ def main(argv=None) -> int:
     for case in run["cases"]:
         case.copy = copy_text(sources[case.sample.file], case.sample, config)
     out = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
-           "model": args.model, "settings": args.settings, "files": len(sources), "seed": args.seed, "kind": KIND,
+           "model": args.model, "settings": args.settings, "workspace": args.workspace, "files": len(sources), "seed": args.seed, "kind": KIND,
            "figures": figures(run["cases"]), "messages": run["messages"], "stderr": run["stderr"][-20:],
            "server": {k: run[k] for k in ("cpu_s", "peak_mib", "type_through", "abstained", "sources")}}
     print(table(out))

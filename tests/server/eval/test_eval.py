@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import tiny
-from redraft.server.eval import metrics, samples, syntax
+from redraft.server.eval import infill, metrics, samples, syntax
 from redraft.server.core.settings import ServerConfig
 from redraft.server.core import context
 from redraft.server.eval.infill import FIELDS, RATES, answer_sample, parse_kinds, score, snapshot, summarize
@@ -279,3 +279,31 @@ def test_eval_next_edit_json(folder, tmp_path_factory):
     assert "rename_param" in out.stdout and "precision" in out.stdout
     out = redraft("eval", "next-edit", "--files", str(folder), "--kinds", "typo")
     assert out.returncode == 2 and "unknown kind" in out.stderr
+
+
+def test_the_workspace_gives_drafts_from_the_other_files_of_a_package(tmp_path):
+    """`--workspace`: a sample's drafts also come from its package's other files (not another
+    package's), as the server's come from the client's root folder; the copy baseline stays
+    with the sample's own file."""
+    call = "    return normalize_record(record, schema=SCHEMA, strict=True, defaults=None)\n"
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "reader.py").write_text(f"def read(record):\n{call}")
+    (tmp_path / "app" / "writer.py").write_text(f"def write(record):\n{call}")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "solo.py").write_text(f"def solo(record):\n{call}")
+    found, _ = samples.load_sources(tmp_path)
+    f = next(i for i, s in enumerate(found) if s.path == "app/writer.py")
+    text = found[f].text
+    start = text.index("schema=")
+    end = text.index("\n", start)
+    sample = samples.Sample("rest_of_line", f, 1, start - text.index("    return"), start, end, text[start:end])
+    config = ServerConfig(drafts="only")
+    alone = answer_sample(None, found[sample.file], sample, config)
+    assert alone.edit is None  # nothing earlier in its own file continues it
+    spaces = infill.packages(found)
+    assert sorted(spaces) == ["app", "other"]
+    got = answer_sample(None, found[sample.file], sample, config, spaces["app"])
+    assert got.source == "workspace" and got.edit.text == found[sample.file].text[sample.start:sample.end]
+    out = infill.run(None, found, ["rest_of_line"], 20, 0, config, workspace=True)["rest_of_line"]
+    assert out and any(o.source == "workspace" for o in out)
+    assert not any(o.copy.source == "workspace" for o in out)

@@ -10,8 +10,9 @@ same exact match (docs/evaluation.md, "Drafts from the workspace").
 
 A background thread lists the source files under the roots once (known code extensions only;
 hidden folders, virtual environments and the usual build and dependency folders skipped; files
-over MAX_FILE_BYTES left out; MAX_FILES paths at most, nearest the roots first), then indexes
-files on demand: those nearest a document when it is opened (`prepare`) or first searched.
+over MAX_FILE_BYTES left out; MAX_FILES paths and MAX_FOLDERS folders read at most, nearest
+the roots first), then indexes files on demand: those nearest a document when it is opened
+(`prepare`) or first searched.
 Indexes cost memory (~35 bytes per character of code), so they are kept least recently used
 first out up to MAX_INDEXED_BYTES of text. A request only reads what is indexed already: it
 never waits for a file. An open document is searched through its live index instead; one that
@@ -37,6 +38,7 @@ from .languages import canonical
 log = logging.getLogger(__name__)
 
 MAX_FILES = 5000  # paths listed
+MAX_FOLDERS = 5000  # folders read while listing (a root may be a home folder)
 MAX_FILE_BYTES = 256 << 10
 MAX_INDEXED_BYTES = 2 << 20  # text kept indexed (~70 MB of index), least recently used out
 NEAREST = 16  # files searched per request
@@ -167,9 +169,10 @@ class Workspace:
 
     def _walk(self):
         """Source files under the roots within the size bound, breadth first, names in order."""
-        queue, seen = deque(self.roots), set()
-        while queue:
+        queue, seen, folders = deque(self.roots), set(), 0
+        while queue and folders < MAX_FOLDERS:
             folder = queue.popleft()
+            folders += 1
             try:
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError:

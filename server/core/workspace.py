@@ -11,8 +11,9 @@ same exact match (docs/evaluation.md, "Drafts from the workspace").
 A background thread lists the source files under the roots once (known code extensions only;
 hidden folders, virtual environments and the usual build and dependency folders skipped; files
 over MAX_FILE_BYTES left out; MAX_FILES paths and MAX_FOLDERS folders read at most, nearest
-the roots first), then indexes files on demand: those nearest a document when it is opened
-(`prepare`) or first searched.
+the roots first), then ranks the listed files for a document and indexes its nearest on
+demand, when it is opened (`prepare`) or first searched: the event loop only reads a ranking
+and indexes already made.
 Indexes cost memory (~35 bytes per character of code), so they are kept least recently used
 first out up to MAX_INDEXED_BYTES of text. A request only reads what is indexed already: it
 never waits for a file. An open document is searched through its live index instead; one that
@@ -42,6 +43,7 @@ MAX_FOLDERS = 5000  # folders read while listing (a root may be a home folder)
 MAX_FILE_BYTES = 256 << 10
 MAX_INDEXED_BYTES = 2 << 20  # text kept indexed (~70 MB of index), least recently used out
 NEAREST = 16  # files searched per request
+RANKED = 256  # nearest files kept per document (open documents among them are skipped)
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "env", "build", "dist", "target",
                        "out", "vendor", "third_party"})
 
@@ -66,7 +68,8 @@ class Workspace:
         self._indexes: OrderedDict[Path, DraftIndex] = OrderedDict()  # least recently used first
         self._sizes: dict[Path, int] = {}  # characters of each indexed file
         self._ranked: dict[Path, tuple[int, list[Path]]] = {}  # document -> (files listed then, nearest first)
-        self._wanted: deque[Path] = deque()
+        self._to_rank: deque[Path] = deque()  # documents whose ranking the background thread makes
+        self._wanted: deque[Path] = deque()  # files it indexes
         self._cond = threading.Condition()
         self.indexed_bytes = self.skipped = self.evicted = 0
         self.listed = threading.Event()
@@ -90,24 +93,22 @@ class Workspace:
                 limit: int = NEAREST) -> list[tuple[str, DraftIndex]]:
         """(uri, index) of the indexed files among the `limit` nearest `document` (a path or a
         file: URI), nearest first; the others are queued for indexing. Never the document
-        itself nor `exclude` (open documents, searched through their own index)."""
-        out = []
-        with self._cond:
-            for p in self._near(document, exclude, limit):
-                index = self._indexes.get(p)
-                if index is not None:
-                    self._indexes.move_to_end(p)
-                    out.append((p.as_uri(), index))
-                elif p not in self._wanted:
-                    self._wanted.append(p)
-                    self._cond.notify()
+        itself nor `exclude` (open documents, searched through their own index). Ranking the
+        listed files for a new document is left to the background thread (thousands of paths:
+        tens of milliseconds), so that document's first request gets nothing from here."""
+        path = document if isinstance(document, Path) else uri_path(document)
+        if path is None:
+            return []
         if not self.background:
+            self._rank(path)
+        out = self._read(path, exclude, limit)
+        if not self.background and self._wanted:
             self._index_wanted()
-            return [(p.as_uri(), self._indexes[p]) for p in self._near(document, exclude, limit) if p in self._indexes]
+            out = self._read(path, exclude, limit)
         return out
 
     def prepare(self, document: str | Path) -> None:
-        """Index the files nearest a document that was just opened, in the background."""
+        """Rank and index the files nearest a document that was just opened, in the background."""
         self.nearest(document)
 
     def stats(self) -> dict:
@@ -116,19 +117,36 @@ class Workspace:
                     "indexed_bytes": self.indexed_bytes, "skipped": self.skipped, "evicted": self.evicted,
                     "ready": self.listed.is_set()}
 
-    def _near(self, document: str | Path, exclude: set[Path], limit: int) -> list[Path]:
-        """(Under the lock.) The `limit` listed files nearest `document`, ranked once per document
-        and listing."""
-        path = document if isinstance(document, Path) else uri_path(document)
-        if path is None:
-            return []
-        listed, ranked = self._ranked.get(path, (-1, []))
-        if listed != len(self._files):
-            ranked = sorted((p for p in self._files if p != path), key=lambda p: _distance(p, path))
+    def _read(self, path: Path, exclude: set[Path], limit: int) -> list[tuple[str, DraftIndex]]:
+        """The indexed files among the `limit` nearest `path` by its ranking; queues the ranking
+        when there is none for the current listing, and the files not indexed yet."""
+        out = []
+        with self._cond:
+            listed, ranked = self._ranked.get(path, (-1, []))
+            if listed != len(self._files):
+                if path not in self._to_rank:
+                    self._to_rank.append(path)
+                    self._cond.notify()
+                return []
+            for p in [p for p in ranked if p not in exclude][:limit]:
+                index = self._indexes.get(p)
+                if index is not None:
+                    self._indexes.move_to_end(p)
+                    out.append((p.as_uri(), index))
+                elif p not in self._wanted:
+                    self._wanted.append(p)
+                    self._cond.notify()
+        return out
+
+    def _rank(self, path: Path) -> None:
+        """Rank the listed files for a document (its RANKED nearest kept)."""
+        with self._cond:
+            files = list(self._files)
+        ranked = sorted((p for p in files if p != path), key=lambda p: _distance(p, path))[:RANKED]
+        with self._cond:
             if len(self._ranked) >= 64:
                 self._ranked.clear()
-            self._ranked[path] = (len(self._files), ranked)
-        return [p for p in ranked if p not in exclude][:limit]
+            self._ranked[path] = (len(files), ranked)
 
     # -- indexing --------------------------------------------------------------------------
 
@@ -152,8 +170,12 @@ class Workspace:
             self.listed.set()
         while True:
             with self._cond:
-                while not self._wanted:
+                while not (self._wanted or self._to_rank):
                     self._cond.wait()
+                doc = self._to_rank.popleft() if self._to_rank else None
+            if doc is not None:
+                self._rank(doc)
+                self._read(doc, frozenset(), NEAREST)  # queues its nearest files
             self._index_wanted()
 
     def _list(self) -> None:

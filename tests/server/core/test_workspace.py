@@ -77,7 +77,7 @@ def test_files_are_indexed_in_the_background_when_a_document_asks(tmp_path):
     ws = Workspace([tmp_path])
     assert ws.listed.wait(5)
     doc = tmp_path.resolve() / "pkg" / "b.py"
-    ws.prepare(doc)
+    assert ws.nearest(doc) == []  # ranked (and indexed) on the background thread, never in the caller's
     deadline = time.monotonic() + 5
     while not ws.nearest(doc) and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -10,8 +10,9 @@ picks the span budget for the mode.
 
 Modes: LINE (finish the rest of the line), BLOCK (a new block body after ':' or '{'), ARGS
 (inside an argument list) and NONE (mid-identifier with word characters right of the
-cursor, inside a string, inside a comment unless enabled, other text right of the cursor,
-binary-looking text): NONE answers nothing without running the model.
+cursor, inside a string or a comment unless enabled — `strings` is on and `comments` off by
+default — other text right of the cursor, binary-looking text): NONE answers nothing
+without running the model.
 
 Size: nothing here reads the whole document. A snapshot freezes only the lines within
 `snapshot_lines(config)` rows of the cursor (more than the windows can take: whole lines of at
@@ -93,6 +94,15 @@ class Snapshot:
     def right(self) -> str:
         return body(self.line(self.row))[self.col:]
 
+    @cached_property
+    def closers_only(self) -> bool:
+        """The rest of a line or argument list is nothing but closing brackets and quotes (an
+        editor's auto-closed `)`, `"]`, a docstring's quotes). The model is not shown them
+        (inference.model_view): it writes the line to its end, as where nothing follows the cursor,
+        and the edit replaces those it closes itself (postprocess.closers_replaced)."""
+        rest = self.right.rstrip()
+        return self.mode in (Mode.LINE, Mode.ARGS) and bool(rest) and all(ch in CLOSERS or ch in QUOTES for ch in rest)
+
 
 @dataclass(frozen=True)
 class Draft:
@@ -153,7 +163,8 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
                 if not config.comments:
                     return Mode.NONE, "comment", ""
             elif node.type in STRING_TYPES and node.start_point < b < node.end_point:
-                return Mode.NONE, "string", ""
+                if not config.strings:
+                    return Mode.NONE, "string", ""
             elif node.type in ARGUMENT_TYPES and node.start_point < b < node.end_point:
                 in_args = True
     # An unclosed "(" parses as an ERROR node, not an argument list: the text tells then.

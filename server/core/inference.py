@@ -314,12 +314,22 @@ def answer_from_drafts(snap: Snapshot) -> Answer:
 
 def usable_drafts(snap: Snapshot, ctx: context.Context) -> tuple[Draft, ...]:
     """The drafts as they would be shown (post-processed), those that would not be dropped: a
-    draft that repeats the suffix or breaks the parse is no candidate worth a batch row."""
+    draft that repeats the suffix or breaks the parse is no candidate worth a batch row. Where
+    the suffix holds the characters a draft replaces (text other than closers follows the
+    cursor), the draft would write them twice: it seeds the span only without them, when they
+    end it."""
     out = []
     for d in snap.drafts:
         edit = postprocess.finish(snap, ctx, d.text)
-        if edit is not None and edit.replace == 0:
-            out.append(replace(d, text=edit.text))
+        if edit is None:
+            continue
+        text = edit.text
+        if edit.replace and not snap.closers_only:  # then the model does not see those closers
+            closed = snap.right[:edit.replace]
+            if not text.endswith(closed) or not text[:-len(closed)].strip():
+                continue
+            text = text[:-len(closed)]
+        out.append(replace(d, text=text))
     return tuple(out)
 
 
@@ -332,7 +342,7 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
     drafts = usable_drafts(snap, ctx) if snap.config.drafts == "seeded" else ()
     try:
-        result = fill(engine, snap, ctx, ctx.span, [d.text for d in drafts], flag, on_preview, sampler,
+        result = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], flag, on_preview, sampler,
                       stop=postprocess.Unit.of(snap))
     except Cancelled:
         return Answer(None, False)
@@ -342,6 +352,15 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
         return Answer(None, True, st.total_ms, source=source, abstained=True, stats=st, score=result.score)
     edit = postprocess.finish(snap, ctx, result.text)
     return Answer(edit, True, st.total_ms, result.text, source, st.draft_kept, stats=st, score=result.score)
+
+
+def model_view(snap: Snapshot, ctx: Context) -> Context:
+    """The windows as the model sees them: auto-closed brackets and quotes right of the cursor
+    left out (Snapshot.closers_only), so the span is the whole rest of the line, and the suffix
+    stays the same while they change. Post-processing keeps the document's own windows."""
+    if snap.closers_only and ctx.suffix.startswith(snap.right):
+        return replace(ctx, suffix=ctx.suffix[len(snap.right):])
+    return ctx
 
 
 def fill(engine: Engine, snap: Snapshot, ctx: Context, span: int, drafts: list[str], flag: CancelFlag | None,

@@ -30,6 +30,9 @@ class ServerConfig:
     context_tokens: int = 1024  # prefix + suffix window budget
     suffix_share: float = 0.25  # of context_tokens, given to the suffix
     comments: bool = False  # complete inside comments too
+    # Complete inside strings and docstrings, as Copilot and Zed do: on unseen code the answers
+    # there are as often right as the plain copy's or more (README).
+    strings: bool = True
     drafts: str = "seeded"  # drafts from the code itself: "seeded" (model revises them), "only" (no model), "off"
     max_drafts: int = 4  # draft candidates per request
     # The cache model: tokens copied from matching code mixed into the model's predictions. Off
@@ -88,7 +91,7 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
             raise ValueError("must be a number in -100..100")
         return float(value)
-    if name in ("comments", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache",
+    if name in ("comments", "strings", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache",
                 "workspace_files"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")

@@ -16,6 +16,13 @@ character. The plain-copy baseline (server/eval/baseline.py: the longest earlier
 same file, continued and post-processed, no model) answers the same cases in the same run,
 scored the same way, and the cold figures are reported over it (exact/copy, prefix/copy).
 
+--autoclose models an editor that closes brackets and quotes as they are typed (VS Code's
+default): the cursor line holds, right of the cursor, the closers of what the text before it
+left open on that line (`foo(a, "b` -> `")`), a keystroke keeps them consistent, and an answer
+reads as the line would after its edit (its text replacing its range, the closers it did not
+replace after it). Cases whose removed text is nothing but those closers are left out (nothing
+to type). The copy baseline answers the same autoclosed documents.
+
 --settings is passed as initializationOptions; a setting the server rejects is reported in a
 window/showMessage, listed under the table (with the server's last stderr lines), and the run
 goes on with the server's defaults.
@@ -34,18 +41,20 @@ import json
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lsprotocol import types as T
 from pygls.lsp.client import LanguageClient
 
 from bench_lsp import CAPS, finish, proc_stats, timed_items  # this folder is on sys.path when run as a script
+from redraft.server.core.context import AskedMode, Mode, text_snapshot
+from redraft.server.core.languages import CLOSERS, OPEN_CLOSE, QUOTES
 from redraft.server.core.settings import parse
 from redraft.server.eval import metrics
 from redraft.server.eval.baseline import copy_answer, ratio
 from redraft.server.eval.infill import snapshot
-from redraft.server.eval.samples import Sample, Source, draw, load_sources
+from redraft.server.eval.samples import SPAN_BUDGET, Sample, Source, draw, load_sources
 
 KIND = "rest_of_line"
 WARMUP = "def warm_up(a, b):\n    return a + b\n\nvalue = warm_up(1, 2)\n"  # one untimed case, first
@@ -90,35 +99,73 @@ def after_cursor(line: str, col: int, item: T.InlineCompletionItem) -> str:
 
 
 async def ask(client, uri: str, line: str, row: int, col: int) -> tuple[float, str, str]:
-    """(ms, outcome, what the line would read after the cursor) of one request at (row, col)."""
+    """(ms, outcome, what the line would read after the cursor) of one request at (row, col);
+    "" when nothing is shown."""
     ms, outcome, items = await timed_items(client, uri, row, utf16(line[:col]))
     return ms, outcome, after_cursor(line, col, items[0]) if items else ""
 
 
-async def run_case(client, uri: str, source: Source, sample: Sample) -> Case:
+def autoclosed(left: str) -> str:
+    """The closers an auto-closing editor would hold right of a cursor after `left` (the cursor
+    line's text before it): one per bracket or quote opened on the line and not closed."""
+    stack: list[str] = []
+    quote = ""
+    escaped = False
+    for ch in left:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch == "#":
+            break  # a comment: nothing after it is closed for you
+        elif ch in QUOTES:
+            quote = ch
+        elif ch in OPEN_CLOSE:
+            stack.append(OPEN_CLOSE[ch])
+        elif ch in CLOSERS and stack and stack[-1] == ch:
+            stack.pop()
+    return quote + "".join(reversed(stack))
+
+
+async def run_case(client, uri: str, source: Source, sample: Sample, autoclose: bool = False) -> Case:
     """Open the case's document, ask cold, type the first expected character, ask warm, close."""
     prefix, suffix = sample.split(source.text)
     row, col = sample.line, sample.col
-    line = prefix[prefix.rfind("\n") + 1:]
+    left = prefix[prefix.rfind("\n") + 1:]
+    right = autoclosed(left) if autoclose else ""
     client.text_document_did_open(T.DidOpenTextDocumentParams(
-        text_document=T.TextDocumentItem(uri=uri, language_id="python", version=1, text=prefix + suffix)))
-    cold_ms, cold_outcome, cold = await ask(client, uri, line, row, col)
+        text_document=T.TextDocumentItem(uri=uri, language_id="python", version=1, text=prefix + right + suffix)))
+    cold_ms, cold_outcome, cold = await ask(client, uri, left + right, row, col)
     case = Case(sample, cold, cold_ms, cold_outcome)
     if sample.expected:
         ch = sample.expected[0]
-        here = T.Position(line=row, character=utf16(line[:col]))
+        typed = autoclosed(left + ch) if autoclose else ""  # the editor's closers after the keystroke
+        here = T.Position(line=row, character=utf16(left))
+        gone = T.Position(line=row, character=utf16(left + right))
         client.text_document_did_change(T.DidChangeTextDocumentParams(
             text_document=T.VersionedTextDocumentIdentifier(version=2, uri=uri),
-            content_changes=[T.TextDocumentContentChangePartial(range=T.Range(start=here, end=here), text=ch)]))
-        case.warm_ms, case.warm_outcome, case.warm = await ask(client, uri, line + ch, row, col + 1)
+            content_changes=[T.TextDocumentContentChangePartial(range=T.Range(start=here, end=gone), text=ch + typed)]))
+        case.warm_ms, case.warm_outcome, case.warm = await ask(client, uri, left + ch + typed, row, col + 1)
     client.text_document_did_close(T.DidCloseTextDocumentParams(text_document=T.TextDocumentIdentifier(uri=uri)))
     return case
 
 
-def copy_text(source: Source, sample: Sample, config) -> str:
-    """The plain-copy baseline's text at the sample's cursor ("" when it abstains)."""
-    got = copy_answer(snapshot(source, sample, config)[0], source.text[:sample.start])
-    return "" if got.edit is None else got.edit.text
+def copy_text(source: Source, sample: Sample, config, autoclose: bool = False) -> str:
+    """What the line reads after the cursor with the plain-copy baseline's answer ("" when it
+    abstains), in the same document the server saw."""
+    snap = snapshot(source, sample, config)[0]
+    right = ""
+    if autoclose:
+        prefix, suffix = sample.split(source.text)
+        right = autoclosed(prefix[prefix.rfind("\n") + 1:])
+        kind_cfg = replace(config, line_tokens=SPAN_BUDGET[KIND], block_tokens=SPAN_BUDGET[KIND])
+        snap = text_snapshot(snap.uri, prefix + right + suffix, len(prefix), kind_cfg, "python",
+                             asked=AskedMode(Mode.LINE, f"eval {KIND}"))[0]
+    got = copy_answer(snap, source.text[:sample.start])
+    return "" if got.edit is None else got.edit.text + right[got.edit.replace:]
 
 
 async def start(args, options: dict) -> tuple[LanguageClient, list[str], list[str]]:
@@ -163,7 +210,7 @@ async def bench(args, options: dict, sources: list[Source], samples: list[Sample
         # holds the removed text, is never searched for its own document).
         uri = (Path(args.files).resolve() / src.path).as_uri() if args.workspace else \
             f"file:///bench/unseen/{i:04d}/{src.path}"
-        cases.append(await run_case(client, uri, src, sample))
+        cases.append(await run_case(client, uri, src, sample, args.autoclose))
     cpu1, peak, stats = await finish(client, pid)
     return {"cases": cases, "cpu_s": cpu1 - cpu0, "peak_mib": peak, "messages": messages,
             "stderr": stderr, "type_through": stats.type_through, "abstained": stats.abstained,
@@ -228,7 +275,7 @@ def table(out: dict) -> str:
              cell(f["copy"]["prefix"], ".3f"), "", "")]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"{out['files']} files, {f['n']} {KIND} cases, seed {out['seed']}, model {out['model'] or 'default'}, "
-             f"settings {json.dumps(out['settings'])}"]
+             f"settings {json.dumps(out['settings'])}" + (", editor auto-closing" if out.get("autoclose") else "")]
     lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     vs = f["vs_copy"]
     lines.append(f"cold over copy: exact {cell(vs['exact'], '.2f')}x, prefix {cell(vs['prefix'], '.2f')}x "
@@ -251,22 +298,32 @@ def main(argv=None) -> int:
     ap.add_argument("--workspace", action="store_true",
                     help="initialize with --files as the root folder (drafts from the other files too); "
                          "each case is then opened under its file's own path")
+    ap.add_argument("--autoclose", action="store_true",
+                    help="an editor that closes brackets and quotes as they are typed (see above)")
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)
     sources, _ = load_sources(Path(args.files))
     samples = draw(sources, KIND, args.cases, args.seed)
+    if args.autoclose:  # nothing to type where the editor already closed all that was removed
+        samples = [s for s in samples if s.expected.rstrip() != autoclosed(_left(sources, s))]
     run = asyncio.run(bench(args, args.settings, sources, samples))
     config, _ = parse(args.settings)  # the baseline's post-processing under the same settings
     for case in run["cases"]:
-        case.copy = copy_text(sources[case.sample.file], case.sample, config)
+        case.copy = copy_text(sources[case.sample.file], case.sample, config, args.autoclose)
     out = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
-           "model": args.model, "settings": args.settings, "workspace": args.workspace, "files": len(sources), "seed": args.seed, "kind": KIND,
+           "model": args.model, "settings": args.settings, "workspace": args.workspace,
+           "autoclose": args.autoclose, "files": len(sources), "seed": args.seed, "kind": KIND,
            "figures": figures(run["cases"]), "messages": run["messages"], "stderr": run["stderr"][-20:],
            "server": {k: run[k] for k in ("cpu_s", "peak_mib", "type_through", "abstained", "sources")}}
     print(table(out))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def _left(sources: list[Source], sample: Sample) -> str:
+    text = sources[sample.file].text
+    return text[text.rfind("\n", 0, sample.start) + 1:sample.start]
 
 
 if __name__ == "__main__":

@@ -133,15 +133,43 @@ async def test_unknown_language_uses_plain_text(client: LanguageClient):
     assert after["model_runs"] == before["model_runs"] + 1  # it still asked the model
 
 
-async def test_nothing_inside_identifiers_comments_and_strings(client: LanguageClient):
+async def test_nothing_inside_identifiers_and_comments(client: LanguageClient):
     uri = "file:///work/modes.py"
     open_doc(client, uri, "name = 'abc'\n# a comment\nvalue = other\n")
     before = await stats(client)
-    assert await complete(client, uri, 0, 9) == []  # inside the string
+    assert await complete(client, uri, 0, 9) == []  # in front of the string's "bc"
     assert await complete(client, uri, 1, 11) == []  # inside the comment
     assert await complete(client, uri, 2, 8) == []  # in front of an identifier
     after = await stats(client)
     assert after["model_runs"] == before["model_runs"]
+
+
+DOCSTRINGS = 'def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\ndef g(a, b):\n    """Return the sum """\n'
+
+
+async def test_completes_inside_a_docstring_unless_strings_are_off(client: LanguageClient):
+    uri = "file:///work/docstrings.py"
+    open_doc(client, uri, DOCSTRINGS)
+    line = DOCSTRINGS.split("\n")[5]
+    # Drafts alone: the tiny test model's own answers are noise; the point is where it answers.
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"drafts": "only"}}))
+    try:
+        items = await complete(client, uri, 5, 22)  # after 'Return the sum ', before the closing quotes
+        assert items, "nothing inside the docstring"
+        r = items[0].range
+        assert r is not None and r.start.line == r.end.line == 5
+        done = line[:r.start.character] + items[0].insert_text + line[r.end.character:]
+        assert done == '    """Return the sum of both values, as a float."""'  # the closing quotes replaced, not doubled
+        client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"strings": False}}))
+        other = "file:///work/docstrings_off.py"  # a new document: no earlier answer to reuse
+        open_doc(client, other, DOCSTRINGS)
+        before = await stats(client)
+        assert await complete(client, other, 5, 22) == []
+        after = await stats(client)
+        assert after["requests"] == before["requests"] + 1 and after["empty"] == before["empty"] + 1
+    finally:
+        client.workspace_did_change_configuration(T.DidChangeConfigurationParams(
+            {"redraft": {"strings": True, "drafts": "seeded"}}))
 
 
 async def test_settings_fallback_one_message(client: LanguageClient):

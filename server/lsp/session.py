@@ -154,6 +154,9 @@ class Session:
         and whether the model, device, dtype or engine URL changed (the caller then reloads)."""
         new, problems = settings.parse(options, self.config)
         old, self.config = self.config, new
+        if new != old:  # a suggestion on screen was made under the old settings: none is typed through
+            for st in self.docs.values():
+                st.shown = None
         return problems, ((new.model, new.device, new.dtype, new.engine_url)
                           != (old.model, old.device, old.dtype, old.engine_url))
 

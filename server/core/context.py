@@ -77,6 +77,7 @@ class Snapshot:
     first: int = 0  # document row of lines[0]
     nlines: int = -1  # lines in the document (-1: len(lines), the whole document)
     lookup: CopyLookup | None = None  # the cache model's lookup over the drafts' indexes (copying.py)
+    in_string: bool = False  # the cursor is inside a string or docstring (drafts answer there: inference.py)
 
     def __post_init__(self) -> None:
         if self.nlines < 0:
@@ -143,8 +144,9 @@ def _ancestors(doc: Document, row: int, col: int):
         node = node.parent
 
 
-def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mode, str, str]:
-    """(mode, reason, header indentation) at a cursor inside `doc`."""
+def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mode, str, str, bool]:
+    """(mode, reason, header indentation, whether the cursor is inside a string) at a cursor
+    inside `doc`."""
     line = doc.line_body(row)
     indent = _indent(line)
     at = col
@@ -153,18 +155,19 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
         line, at = line[cut:col + LONG_LINE_CHARS], col - cut
     left, right = line[:at], line[at:]
     if _binary(line) or _binary(left[-200:]):
-        return Mode.NONE, "binary", ""
+        return Mode.NONE, "binary", "", False
     if right[:1].isalnum() or right[:1] == "_":
-        return Mode.NONE, "mid-identifier", ""
-    in_args = False
+        return Mode.NONE, "mid-identifier", "", False
+    in_args = in_string = False
     if doc.tree is not None:
         for node, b in _ancestors(doc, row, col):
             if node.type in COMMENT_TYPES and node.start_point < b <= node.end_point:
                 if not config.comments:
-                    return Mode.NONE, "comment", ""
+                    return Mode.NONE, "comment", "", False
             elif node.type in STRING_TYPES and node.start_point < b < node.end_point:
                 if not config.strings:
-                    return Mode.NONE, "string", ""
+                    return Mode.NONE, "string", "", True
+                in_string = True
             elif node.type in ARGUMENT_TYPES and node.start_point < b < node.end_point:
                 in_args = True
     # An unclosed "(" parses as an ERROR node, not an argument list: the text tells then.
@@ -175,14 +178,14 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
     if left.strip() == "" and not rest:
         prev = _previous_nonblank(doc, row)
         if prev is not None and body(doc.lines[prev]).rstrip().endswith(openers):
-            return Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev))
+            return Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev)), in_string
     if left.rstrip().endswith(openers) and (not rest or rest in ("}",)) and not in_args:
-        return Mode.BLOCK, "after a block opener", indent
+        return Mode.BLOCK, "after a block opener", indent, in_string
     if in_args:
-        return Mode.ARGS, "argument list", indent
+        return Mode.ARGS, "argument list", indent, in_string
     if only_closers:
-        return Mode.LINE, "rest of line", indent
-    return Mode.NONE, "text right of the cursor", ""
+        return Mode.LINE, "rest of line", indent, in_string
+    return Mode.NONE, "text right of the cursor", "", in_string
 
 
 def _open_parens(left: str) -> int:
@@ -219,7 +222,7 @@ class AskedMode:
 
 def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra: str = "",
                   drafts: tuple[Draft, ...] = (), asked: AskedMode | None = None) -> Snapshot:
-    mode, reason, indent = detect(doc, row, col, config)
+    mode, reason, indent, in_string = detect(doc, row, col, config)
     if asked is not None and (not asked.only_if_none or (mode is Mode.NONE and reason != "binary")):
         reason = f"{asked.reason}, {reason}" if asked.only_if_none else asked.reason
         mode, indent = asked.mode, _indent(doc.line_body(row)) if asked.header_indent is None else asked.header_indent
@@ -228,7 +231,8 @@ def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra
     if first > 0 or end < len(doc.lines):
         doc.note_limit("snapshot", f"over {reach} lines each side of the cursor: snapshots keep a window")
     return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines[first:end]), row, col, mode, reason, indent,
-                    config, extra, drafts, statement_rows(doc, row, first=first, last=end), first, len(doc.lines))
+                    config, extra, drafts, statement_rows(doc, row, first=first, last=end), first, len(doc.lines),
+                    in_string=in_string)
 
 
 def snapshot_lines(config: ServerConfig) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from redraft.server.core import context
 from redraft.server.core.context import Mode, own_drafts, text_snapshot
-from redraft.server.core.inference import answer_from_drafts, model_view, usable_drafts
+from redraft.server.core.inference import answer, answer_from_drafts, model_view, usable_drafts
 from redraft.server.core.settings import ServerConfig
 
 
@@ -55,8 +55,19 @@ def test_inside_strings_completes_unless_turned_off():
     doc_text = text.replace("|", "")
     on, _ = text_snapshot("file:///t.py", doc_text, at, ServerConfig(), "python")
     off, _ = text_snapshot("file:///t.py", doc_text, at, ServerConfig(strings=False), "python")
-    assert on.mode is Mode.LINE
+    assert on.mode is Mode.LINE and on.in_string
     assert (off.mode, off.reason) == (Mode.NONE, "string")
     snap, doc = text_snapshot("file:///t.py", doc_text, at, ServerConfig(drafts="only"), "python")
     got = answer_from_drafts(own_drafts(snap, doc, ServerConfig(drafts="only")))
     assert got.edit is not None and (got.edit.text, got.edit.replace) == ('of both values, as a float."""', 3)
+
+
+def test_drafts_answer_inside_strings_without_the_model():
+    text = 'def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\ndef g(a, b):\n    """Return the sum |"""\n'
+    at = text.index("|")
+    snap, doc = text_snapshot("file:///t.py", text.replace("|", ""), at, ServerConfig(), "python")
+    got = answer(object(), own_drafts(snap, doc, ServerConfig()))  # an engine that would fail if called
+    assert not got.ran_model and got.source == "buffer"
+    assert got.edit is not None and got.edit.text == 'of both values, as a float."""'
+    code, doc = text_snapshot("file:///t.py", "x = compute(1)\ny = comp\n", 23, ServerConfig(), "python")
+    assert not code.in_string

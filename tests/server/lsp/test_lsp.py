@@ -147,27 +147,26 @@ async def test_nothing_inside_identifiers_and_comments(client: LanguageClient):
 DOCSTRINGS = 'def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\ndef g(a, b):\n    """Return the sum """\n'
 
 
-async def test_completes_inside_a_docstring_unless_strings_are_off(client: LanguageClient):
+async def test_completes_inside_a_docstring_from_drafts_unless_strings_are_off(client: LanguageClient):
     uri = "file:///work/docstrings.py"
     open_doc(client, uri, DOCSTRINGS)
     line = DOCSTRINGS.split("\n")[5]
-    # Drafts alone: the tiny test model's own answers are noise; the point is where it answers.
-    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"drafts": "only"}}))
+    before = await stats(client)
+    items = await complete(client, uri, 5, 22)  # after 'Return the sum ', before the closing quotes
+    assert items, "nothing inside the docstring"
+    r = items[0].range
+    assert r is not None and r.start.line == r.end.line == 5
+    done = line[:r.start.character] + items[0].insert_text + line[r.end.character:]
+    assert done == '    """Return the sum of both values, as a float."""'  # the closing quotes replaced, not doubled
+    assert (await stats(client))["model_runs"] == before["model_runs"]  # drafts answer inside strings
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"strings": False}}))
     try:
-        items = await complete(client, uri, 5, 22)  # after 'Return the sum ', before the closing quotes
-        assert items, "nothing inside the docstring"
-        r = items[0].range
-        assert r is not None and r.start.line == r.end.line == 5
-        done = line[:r.start.character] + items[0].insert_text + line[r.end.character:]
-        assert done == '    """Return the sum of both values, as a float."""'  # the closing quotes replaced, not doubled
-        client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"strings": False}}))
         before = await stats(client)  # the same place again: the answer on screen is not reused either
         assert await complete(client, uri, 5, 22) == []
         after = await stats(client)
         assert after["requests"] == before["requests"] + 1 and after["empty"] == before["empty"] + 1
     finally:
-        client.workspace_did_change_configuration(T.DidChangeConfigurationParams(
-            {"redraft": {"strings": True, "drafts": "seeded"}}))
+        client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"strings": True}}))
 
 
 async def test_settings_fallback_one_message(client: LanguageClient):

@@ -290,7 +290,7 @@ def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None
         return Answer(None, False)
     mode = snap.config.drafts
     # Inside strings (docstrings, mostly prose) the model added nothing to its drafts on the
-    # validation packages, at ~150 ms a request against ~2 (README): the drafts answer alone.
+    # validation packages, at ~150 ms a request against ~2 (docs/evaluation.md): the drafts answer alone.
     if mode == "only" or (mode == "seeded" and snap.in_string) or (engine is None and mode != "off"):
         return answer_from_drafts(snap)
     if engine is None:
@@ -344,8 +344,8 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
     drafts = usable_drafts(snap, ctx) if snap.config.drafts == "seeded" else ()
     try:
-        result = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], flag, on_preview, sampler,
-                      stop=postprocess.Unit.of(snap))
+        result = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], flag, on_preview,
+                      sampler, stop=postprocess.Unit.of(snap))
     except Cancelled:
         return Answer(None, False)
     st = result.stats

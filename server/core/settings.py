@@ -30,8 +30,8 @@ class ServerConfig:
     context_tokens: int = 1024  # prefix + suffix window budget
     suffix_share: float = 0.25  # of context_tokens, given to the suffix
     comments: bool = False  # complete inside comments too
-    # Complete inside strings and docstrings, as Copilot and Zed do: on unseen code the answers
-    # there are as often right as the plain copy's or more (README).
+    # Complete inside strings and docstrings, as Copilot and Zed do, from drafts alone (the
+    # model added nothing there): right more often than the plain copy (docs/evaluation.md).
     strings: bool = True
     drafts: str = "seeded"  # drafts from the code itself: "seeded" (model revises them), "only" (no model), "off"
     max_drafts: int = 4  # draft candidates per request

@@ -9,6 +9,10 @@ from redraft.server.core.inference import answer, answer_from_drafts, model_view
 from redraft.server.core.settings import ServerConfig
 
 
+DOCSTRINGS = ('def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\n'
+              'def g(a, b):\n    """Return the sum |"""\n')
+
+
 def seeds(text: str, cursor: str = "|", config: ServerConfig = ServerConfig()):
     """The snapshot, the model's windows and the seeded drafts' texts at the `cursor` marker."""
     at = text.index(cursor)
@@ -27,7 +31,7 @@ def test_auto_closed_brackets_are_left_out_of_the_model_suffix_and_drafts_seed_w
 
 
 def test_a_docstring_draft_seeds_whole_before_the_hidden_closing_quotes():
-    text = 'def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\ndef g(a, b):\n    """Return the sum |"""\n'
+    text = DOCSTRINGS
     snap, seen, texts = seeds(text)
     assert snap.mode is Mode.LINE and snap.closers_only
     assert not seen.suffix.startswith('"""')
@@ -50,7 +54,7 @@ def test_a_draft_without_closers_is_seeded_whole():
 
 
 def test_inside_strings_completes_unless_turned_off():
-    text = 'def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\ndef g(a, b):\n    """Return the sum |"""\n'
+    text = DOCSTRINGS
     at = text.index("|")
     doc_text = text.replace("|", "")
     on, _ = text_snapshot("file:///t.py", doc_text, at, ServerConfig(), "python")
@@ -63,7 +67,7 @@ def test_inside_strings_completes_unless_turned_off():
 
 
 def test_drafts_answer_inside_strings_without_the_model():
-    text = 'def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\ndef g(a, b):\n    """Return the sum |"""\n'
+    text = DOCSTRINGS
     at = text.index("|")
     snap, doc = text_snapshot("file:///t.py", text.replace("|", ""), at, ServerConfig(), "python")
     got = answer(object(), own_drafts(snap, doc, ServerConfig()))  # an engine that would fail if called

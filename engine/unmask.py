@@ -81,14 +81,18 @@ def defer_early_ends(picks: Picks, b_idx, a_idx, masked, ends: torch.Tensor) -> 
     picks.score[early] = -1.0  # below any threshold; still chosen if nothing else is (never: the first is eligible)
 
 
-def outside_block(picks: Picks, b_idx, a_idx, masked, span_at: int, block_size: int) -> None:
-    """Semi-autoregressive blocks (LLaDA / Fast-dLLM): only the leftmost block that still
-    has masks may be unmasked; the threshold decides how many of its tokens go per step."""
+def block_ends(masked, span_at: int, block_size: int) -> torch.Tensor:
+    """[B] the end (exclusive) of each row's leftmost block that still has masks."""
     n = block_size
     idx = torch.arange(masked.shape[1], device=masked.device)
     first = torch.where(masked, idx, masked.shape[1]).min(1).values  # first masked position per row
-    block_start = span_at + (first - span_at) // n * n
-    outside = a_idx >= block_start[b_idx] + n
+    return span_at + (first - span_at) // n * n + n
+
+
+def outside_block(picks: Picks, b_idx, a_idx, masked, span_at: int, block_size: int) -> None:
+    """Semi-autoregressive blocks (LLaDA / Fast-dLLM): only the leftmost block that still
+    has masks may be unmasked; the threshold decides how many of its tokens go per step."""
+    outside = a_idx >= block_ends(masked, span_at, block_size)[b_idx]
     if picks.copied is not None:
         outside &= ~picks.copied  # a copied run goes on past the block
     picks.score[outside] = -2.0  # never above the threshold, and below every in-block position

@@ -234,6 +234,25 @@ def test_semi_autoregressive_blocks_unmask_left_to_right(engines, family):
 
 
 @pytest.mark.parametrize("family", ["dream", "redraft"])
+def test_after_the_first_step_the_output_head_reads_only_the_leftmost_block(engines, family):
+    engine = engines[family]
+    scfg = GREEDY.with_(span=12, block_size=2, threshold=0.5, end_fills_rest=False)
+    heads: list[int] = []
+    engine.model.logits = lambda h: heads.append(h.shape[0]) or type(engine.model).logits(engine.model, h)
+    try:
+        out = engine.infill(*PROMPTS[3], sampler=scfg)
+        first, later = heads[0], heads[1:]
+        # a step cap turns the narrowing off (the cap may commit past the block): same text, full head
+        heads.clear()
+        full = engine.infill(*PROMPTS[3], sampler=scfg.with_(max_steps=12))
+    finally:
+        del engine.model.logits
+    assert first == 12 and later and all(n <= 2 for n in later), (first, later)
+    assert out.token_ids == full.token_ids and out.stats.steps == full.stats.steps
+    assert heads and max(heads[1:]) > 2
+
+
+@pytest.mark.parametrize("family", ["dream", "redraft"])
 def test_stop_ends_a_diffusion_span_once_its_beginning_completes_the_unit(engines, family):
     engine = engines[family]
     scfg = GREEDY.with_(block_size=1, threshold=1.0, end_fills_rest=False)

@@ -173,3 +173,35 @@ def test_only_a_line_the_user_started_is_read_by_cpython():
     started = text.replace("        \n", "        pri\n")
     assert with_draft(started, started.index("pri\n") + 3, 'nt "x"') is None
     assert with_draft(started, started.index("pri\n") + 3, 'nt("x")') is not None
+
+
+def test_a_window_cut_at_an_indented_statement_is_read_inside_its_blocks():
+    # The prefix window starts at `def store` (indented): tree-sitter read that first line as an
+    # error and much of the window with it, so a right `-> None:` counted one error more.
+    config = ServerConfig(drafts="only", context_tokens=160)
+    methods = "".join(f"    def store_{i}(self, token: str) -> None:\n        self.items.append(token)\n\n"
+                      for i in range(8))
+    text = f"class Parser:\n{methods}    def complete(self) \n        self.done = True\n"
+    snap, _ = text_snapshot("file:///t.py", text, text.index("complete(self) ") + 15, config, path="t.py")
+    window = build(snap, lambda s: len(s) // 3 + 1)
+    assert window.prefix.lstrip("\n").startswith("    def store_")
+    assert postprocess.enclosing_blocks(window.prefix + window.suffix) == "if 1:\n"
+    edit = inference.answer(None, replace(snap, drafts=(Draft("-> None:", "buffer"),))).edit
+    assert edit == postprocess.Edit("-> None:", 0)
+    assert inference.answer(None, replace(snap, drafts=(Draft("-> None:)", "buffer"),))).edit is None
+
+
+def test_the_models_text_is_judged_in_the_documents_windows(tiny_model):
+    # The model's suffix window ends inside the list its text opens; the document closes it later.
+    from redraft.engine import Engine
+    engine = Engine.load(str(tiny_model), device="cpu", dtype="float32")
+    infill = engine.infill
+    items = "".join(f'        "item number {i}",\n' for i in range(16))
+    text = f"class Names:\n    names = [\n{items}    ]\n    other_n\n{items}    ]\n\n\nprint(Names.names)\n"
+    snap, _ = text_snapshot("file:///t.py", text, text.index("other_n") + 7, ServerConfig(drafts="off"), path="t.py")
+    seen = build(snap, engine.count_tokens, engine.context_budget(max(snap.config.line_tokens,
+                                                                          snap.config.block_tokens)))
+    assert "]" not in seen.suffix  # the model's window ends inside the list
+    engine.infill = lambda *a, **k: replace(infill(*a, **k), text="ames = [", abstained=False)
+    answer = inference.answer(engine, snap)
+    assert answer.ran_model and answer.edit == postprocess.Edit("ames = [", 0)

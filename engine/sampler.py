@@ -259,10 +259,11 @@ class Denoiser:
         every masked position, hold some back, choose the span length, commit, stream. Yields
         the step's forward, if it needs one, for the caller to run (alone or with others)."""
         b_idx, a_idx = st.masked.nonzero(as_tuple=True)
-        if step > 1 and self.scfg.block_size and not self.caches and not self.scfg.max_steps:
-            # Only the leftmost block may commit (outside_block); the first step's picks also
-            # estimate whole rows (abstention, span length). The output head, ~a fifth of a CPU
-            # step over a 16-token span, runs on the block's positions alone.
+        estimate = self._abstain_bar(step)
+        if step > 1 and estimate is None and self.scfg.block_size and not self.caches and not self.scfg.max_steps:
+            # Only the leftmost block may commit (outside_block); picks elsewhere only estimate
+            # whole rows (abstention, span length). Where nothing is estimated the output head, ~a
+            # sixth of a CPU step over a 16-token span, runs on the block's positions alone.
             inside = a_idx < block_ends(st.masked, st.batch.span_at, self.scfg.block_size)[b_idx]
             b_idx, a_idx = b_idx[inside], a_idx[inside]
         picks = yield from self._pick(st, b_idx, a_idx, gen)
@@ -275,24 +276,29 @@ class Denoiser:
         if step == 1 and self.scfg.length_choice == "first_step" and st.batch.B > 1:
             b_idx, a_idx, picks = self._choose_length(st, b_idx, a_idx, picks)
         self._commit(st, b_idx, a_idx, picks, step, max_steps)
-        if step == 1:
-            self._give_up_hopeless(st, b_idx, a_idx, picks)
+        if estimate is not None:
+            self._give_up_hopeless(st, b_idx, a_idx, picks, estimate)
         self._stream(st)
         refresh = self.scfg.refresh_every
         if self.model.config.attention == "full" and bool(st.masked.any()) and refresh and st.steps % refresh == 0:
             # new context keys: the static step is loaded again
             st.hidden, st.static = self._full_pass(st.batch, st.kv, st.x.to(st.batch.act_ids.device)), None
 
-    def _give_up_hopeless(self, st: Running, b_idx, a_idx, picks: Picks) -> None:
-        """Abstain early: after the first step, a request whose every row would score below
-        `min_score` by more than `abstain_margin` even if each position still masked became the
-        token this step liked best stops here, instead of running the whole schedule to show
-        nothing. A row's estimate is its mean log-prob up to where it would end (its first picked
-        end token, or sooner where the caller's stop rule ends the unit, the padding after it
-        counting 0 as in the final score), plus the draft bonus for seeded rows."""
-        bar = self.scfg.min_score - self.scfg.abstain_margin
-        if not math.isfinite(bar):
-            return
+    def _abstain_bar(self, step: int) -> float | None:
+        """The estimate below which a request is given up after this step (see
+        `_give_up_hopeless`): `min_score` less `abstain_margin` after the first step, less
+        `recheck_margin` after later ones; None when nothing is estimated."""
+        margin = self.scfg.abstain_margin if step == 1 else self.scfg.recheck_margin
+        bar = self.scfg.min_score - margin
+        return bar if math.isfinite(bar) else None
+
+    def _give_up_hopeless(self, st: Running, b_idx, a_idx, picks: Picks, bar: float) -> None:
+        """Abstain early: after a step, a request whose every row would score below `bar` even
+        if each position still masked became the token this step liked best stops here, instead
+        of running the whole schedule to show nothing. A row's estimate is its mean log-prob up
+        to where it would end (its first picked end token, or sooner where the caller's stop rule
+        ends the unit, the padding after it counting 0 as in the final score), plus the draft
+        bonus for seeded rows."""
         est, tok = st.logp.clone(), st.x.clone()
         est[b_idx, a_idx], tok[b_idx, a_idx] = picks.top_logp, picks.tokens
         ends, at = torch.isin(tok, self.ends_host), st.batch.span_at

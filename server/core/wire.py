@@ -12,7 +12,7 @@ The single source of the protocol: the client (remote.py), the routes that serve
 
 Floats that are not finite travel as null: a completion's or a score's null comes back as
 -inf; in a sampler, null means the one non-finite value each such field takes (min_score
--inf: always answer; abstain_margin inf: never give up early). Decoders check every field's
+-inf: always answer; abstain_margin, recheck_margin inf: never give up early). Decoders check every field's
 type and raise WireError (a ValueError) naming the field; responses may carry fields this
 version does not know (ignored), requests may not (a sampler field unknown here is refused).
 
@@ -38,7 +38,7 @@ PREFIX = "/v1/redraft/engine"
 INFO, INFILL, SCORE, FORGET = (f"{PREFIX}/{name}" for name in ("info", "infill", "score", "forget"))
 SESSION_HEADER, REQUEST_HEADER = "x-session-id", "x-request-id"
 # Sampler fields whose non-finite value travels as null, and the value null stands for.
-_SAMPLER_NONFINITE = {"min_score": -math.inf, "abstain_margin": math.inf}
+_SAMPLER_NONFINITE = {"min_score": -math.inf, "abstain_margin": math.inf, "recheck_margin": math.inf}
 _SAMPLER_TYPES = {f.name: type(f.default) for f in fields(SamplerConfig)}
 
 

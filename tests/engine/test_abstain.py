@@ -1,4 +1,7 @@
-"""Abstaining early: a request the first step shows to be hopeless stops there (forwards counted)."""
+"""Abstaining early: a request the first step shows to be hopeless stops there, one that later
+steps show to be stops then (forwards counted)."""
+
+import math
 
 import pytest
 
@@ -16,8 +19,8 @@ def shipped():
 
 def test_a_hopeless_request_stops_after_the_first_step(shipped):
     scfg = shipped.sampler.with_(span=16, min_score=-1.5, block_size=0)
-    full = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(abstain_margin=float("inf")))
-    early = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(abstain_margin=0.0))
+    full = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(abstain_margin=math.inf, recheck_margin=math.inf))
+    early = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(abstain_margin=0.0, recheck_margin=math.inf))
     assert full.abstained and early.abstained and early.text == ""
     assert full.stats.forwards > 4
     assert early.stats.forwards == 1 and early.stats.steps == 1
@@ -36,3 +39,22 @@ def test_a_draft_row_keeps_its_request_alive(shipped):
                                  accept_whole_drafts=False)
     out = shipped.infill(PREFIX, SUFFIX, drafts=["x)"], sampler=scfg)
     assert not out.abstained and out.stats.draft == 0
+
+
+def test_a_request_that_stays_hopeless_is_given_up_at_a_later_step(shipped):
+    # The first step's estimate (margin 1.0) lets it through; the next steps' sharper ones do not.
+    scfg = shipped.sampler.with_(span=16, min_score=-1.5, abstain_margin=1.0)
+    prefix = "def parse(text):\n    result = "
+    full = shipped.infill(prefix, SUFFIX, sampler=scfg.with_(recheck_margin=math.inf))
+    early = shipped.infill(prefix, SUFFIX, sampler=scfg.with_(recheck_margin=0.3))
+    assert full.abstained and early.abstained and early.text == ""
+    assert full.stats.forwards == 16 and 1 < early.stats.forwards < 8
+
+
+def test_a_request_on_course_is_not_given_up_by_the_later_checks(shipped):
+    scfg = shipped.sampler.with_(span=16, min_score=-1.5)
+    prefix = "import os\n\nvalue = os."
+    full = shipped.infill(prefix, SUFFIX, sampler=scfg.with_(recheck_margin=math.inf))
+    checked = shipped.infill(prefix, SUFFIX, sampler=scfg.with_(recheck_margin=0.3))
+    assert not checked.abstained and checked.text.startswith("path.")
+    assert checked.text == full.text and checked.stats.forwards == full.stats.forwards

@@ -20,9 +20,10 @@ def through_json(obj):
 
 def test_a_sampler_round_trips_with_its_non_finite_fields():
     s = SamplerConfig(span=12, lengths=(4, 8), threshold=0.7, temperature=0.3, top_p=0.9, min_score=-math.inf,
-                      abstain_margin=math.inf, seed=5, draft_rule="override", heal=False)
+                      abstain_margin=math.inf, recheck_margin=math.inf, seed=5, draft_rule="override", heal=False)
     d = through_json(wire.encode_sampler(s))
-    assert d["min_score"] is None and d["abstain_margin"] is None and d["lengths"] == [4, 8]
+    assert d["min_score"] is None and d["abstain_margin"] is None and d["recheck_margin"] is None
+    assert d["lengths"] == [4, 8]
     assert wire.decode_sampler(d, SamplerConfig()) == s
     finite = SamplerConfig(min_score=-2.5, abstain_margin=0.5)
     assert wire.decode_sampler(through_json(wire.encode_sampler(finite)), SamplerConfig()) == finite

@@ -395,7 +395,10 @@ def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None)
         prefix = prefix[_nth_newline(prefix, start - first) + 1:]
         first = start
     end = _anchor_before(snap.anchors, last, row)
-    if end is not None and end <= last and (last + 1 - end) * 2 < last - row:
+    # (Not where the window reaches the document's end: nothing is cut there, and the statement
+    # starts come from a parse the unfinished line breaks, which may file the closing `]` of a
+    # list below the cursor as a partial statement of its own.)
+    if end is not None and end <= last and (last + 1 - end) * 2 < last - row and last < snap.nlines - 1:
         suffix = suffix[:_nth_newline(suffix, end - row) + 1]
         last = end - 1
     return Context(prefix, suffix, extra, span, first, last)

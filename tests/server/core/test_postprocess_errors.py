@@ -205,3 +205,15 @@ def test_the_models_text_is_judged_in_the_documents_windows(tiny_model):
     engine.infill = lambda *a, **k: replace(infill(*a, **k), text="ames = [", abstained=False)
     answer = inference.answer(engine, snap)
     assert answer.ran_model and answer.edit == postprocess.Edit("ames = [", 0)
+
+
+def test_a_window_that_reaches_the_documents_end_keeps_its_last_lines():
+    # The unfinished `day_n` breaks the parse below it; the list's closing `]` on the last line
+    # read as a partial statement and was cut off the window, so `ames = [` looked unclosed.
+    items = "".join(f'        "{day}",\n' for day in ("", "Mon", "Tue", "Wed"))
+    text = f"class Names:\n    day_names = [\n{items}    ]\n\n\nclass Short:\n    day_n\n{items}    ]\n"
+    snap, doc = text_snapshot("file:///t.py", text, text.rindex("day_n") + 5, DRAFTS_ONLY, path="t.py")
+    snap = own_drafts(snap, doc, DRAFTS_ONLY)
+    assert build(snap, lambda s: len(s) // 3 + 1).suffix.rstrip().endswith("]")
+    assert [d.text for d in snap.drafts] == ["ames = ["]
+    assert inference.answer(None, snap).edit == postprocess.Edit("ames = [", 0)

@@ -306,7 +306,7 @@ def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None
 
 def answer_from_drafts(snap: Snapshot) -> Answer:
     """The best draft that survives post-processing, without a model."""
-    ctx = context.build(snap, _chars_as_tokens)
+    ctx = document_windows(snap)
     for d in snap.drafts:
         edit = postprocess.finish(snap, ctx, d.text)
         if edit is not None:
@@ -342,11 +342,7 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
     stopped at the end of the unit, post-processing."""
     span_max = max(snap.config.line_tokens, snap.config.block_tokens)
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
-    # Post-processing judges text in the document's own, wider windows, as for drafts alone and
-    # the copy baseline: the model's may end inside the list a completion opens (`names = [`),
-    # which then reads as an error. Held-out: 86 of 94 right drafts survived in the model's
-    # windows, 92 in these (docs/evaluation.md).
-    check = context.build(snap, _chars_as_tokens)
+    check = document_windows(snap)
     drafts = usable_drafts(snap, check) if snap.config.drafts == "seeded" else ()
     try:
         result = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], flag, on_preview,
@@ -359,6 +355,15 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
         return Answer(None, True, st.total_ms, source=source, abstained=True, stats=st, score=result.score)
     edit = postprocess.finish(snap, check, result.text)
     return Answer(edit, True, st.total_ms, result.text, source, st.draft_kept, stats=st, score=result.score)
+
+
+def document_windows(snap: Snapshot) -> Context:
+    """The windows post-processing judges a completion in, whoever wrote it (a draft, the copy
+    baseline, the model): sized in characters from the settings' budget, wider than the model's
+    token-sized ones, which may end inside the list a completion opens (`names = [`) and make it
+    read as an error. Held-out: 86 of 94 right drafts survived the check in the model's windows,
+    92 in these (docs/evaluation.md)."""
+    return context.build(snap, _chars_as_tokens)
 
 
 def model_view(snap: Snapshot, ctx: Context) -> Context:

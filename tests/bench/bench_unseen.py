@@ -2,6 +2,7 @@
 
     python tests/bench/bench_unseen.py --files /work/corpus/heldout [--cases 200] [--seed 0]
         [--model redraft-diffusion] [--settings '{"cache": false}'] [--json OUT]
+        [--cases-json CASES]
 
 Cases are `rest_of_line` samples drawn by the infill evaluation's own sampler
 (server/eval/samples.py) from the *.py files under --files. Each case goes to a real
@@ -301,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--autoclose", action="store_true",
                     help="an editor that closes brackets and quotes as they are typed (see above)")
     ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--cases-json", default=None,
+                    help="write every case here (file, cursor, expected, cold / warm / copy texts, ms)")
     args = ap.parse_args(argv)
     sources, _ = load_sources(Path(args.files))
     samples = draw(sources, KIND, args.cases, args.seed)
@@ -318,7 +321,19 @@ def main(argv=None) -> int:
     print(table(out))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    if args.cases_json:
+        Path(args.cases_json).write_text(json.dumps([case_record(sources, c) for c in run["cases"]], indent=1) + "\n",
+                                         encoding="utf-8")
     return 0
+
+
+def case_record(sources: list[Source], c: Case) -> dict:
+    """One case as the server and the copy baseline answered it, for reading answers one by one."""
+    s = c.sample
+    return {"file": sources[s.file].path, "line": s.line, "col": s.col, "expected": s.expected,
+            "cold": c.cold, "cold_outcome": c.cold_outcome, "cold_ms": round(c.cold_ms, 1),
+            "warm": c.warm, "warm_outcome": c.warm_outcome,
+            "warm_ms": None if c.warm_ms is None else round(c.warm_ms, 1), "copy": c.copy}
 
 
 def _left(sources: list[Source], sample: Sample) -> str:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Callable
 import redraft.engine
 from redraft.engine import CancelFlag, Cancelled, EngineError, SamplerConfig, Stats
 
-from . import context, extra, postprocess
+from . import context, extra, names, postprocess
 from .context import Context, Draft, Mode, Snapshot
 from .heap import HeapTrim
 from .history import EditEvent
@@ -351,10 +351,41 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
         return Answer(None, False)
     st = result.stats
     source = drafts[st.draft].source if 0 <= st.draft < len(drafts) else "model"
+    edit = None if result.abstained else postprocess.finish(snap, check, result.text)
+    if snap.config.names:
+        rest = names.forced_name(snap, "" if edit is None else edit.text)
+        if rest:
+            return after_name(engine, snap, ctx, check, rest, drafts, st.total_ms, flag, on_preview, sampler)
     if result.abstained:
         return Answer(None, True, st.total_ms, source=source, abstained=True, stats=st, score=result.score)
-    edit = postprocess.finish(snap, check, result.text)
     return Answer(edit, True, st.total_ms, result.text, source, st.draft_kept, stats=st, score=result.score)
+
+
+def after_name(engine: Engine, snap: Snapshot, ctx: Context, check: Context, rest: str, drafts: tuple[Draft, ...],
+               spent_ms: float, flag: CancelFlag | None = None,
+               on_preview: Callable[[str, int, int], None] | None = None,
+               sampler: SamplerConfig | None = None) -> Answer:
+    """The answer once the word at the cursor is completed by `rest` (names.forced_name): the
+    model writes the rest of the line after the name, seeded with the drafts that begin with
+    it. Where it abstains, or its line does not survive post-processing, the name alone is
+    shown (a name the code uses is evidence enough). Source "name"."""
+    view = model_view(snap, ctx)
+    view = replace(view, prefix=view.prefix + rest)
+    seeds = [d.text[len(rest):] for d in drafts if d.text.startswith(rest) and len(d.text) > len(rest)]
+    stream = None if on_preview is None else (lambda text, step, masked: on_preview(rest + text, step, masked))
+    try:
+        result = fill(engine, snap, view, ctx.span, seeds, flag, stream, sampler, stop=postprocess.Unit.of(snap))
+    except Cancelled:
+        return Answer(None, False)
+    st = result.stats
+    texts = ([] if result.abstained else [rest + result.text]) + [rest]
+    edit, raw = None, rest
+    for text in texts:
+        edit = postprocess.finish(snap, check, text)
+        if edit is not None:
+            raw = text
+            break
+    return Answer(edit, True, spent_ms + st.total_ms, raw, "name", st.draft_kept, stats=st, score=result.score)
 
 
 def document_windows(snap: Snapshot) -> Context:

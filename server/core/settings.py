@@ -35,6 +35,9 @@ class ServerConfig:
     strings: bool = True
     drafts: str = "seeded"  # drafts from the code itself: "seeded" (model revises them), "only" (no model), "off"
     max_drafts: int = 4  # draft candidates per request
+    # At a partly typed name, complete it from the names in the file (and the language's
+    # built-ins) where the model's answer makes an unknown word of it (names.py).
+    names: bool = True
     # The cache model: tokens copied from matching code mixed into the model's predictions. Off
     # by default: with the shipped model it made held-out answers no better (README).
     cache: bool = False
@@ -92,7 +95,7 @@ def _check(name: str, value: Any) -> Any:
             raise ValueError("must be a number in -100..100")
         return float(value)
     if name in ("comments", "strings", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache",
-                "workspace_files"):
+                "workspace_files", "names"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
         return value

@@ -137,7 +137,9 @@ def test_the_models_text_is_checked_the_same_way(tiny_model):
     engine = Engine.load(str(tiny_model), device="cpu", dtype="float32")
     infill = engine.infill
     text = WRAPPER.format(typed="            n = len(inde", after="            chunks.pop()")
-    snap, _ = text_snapshot("file:///wrap.py", text, text.rindex("len(inde") + 8, ServerConfig(drafts="off"),
+    # (names off: `inde` would otherwise be completed from the names the wrapper uses)
+    snap, _ = text_snapshot("file:///wrap.py", text, text.rindex("len(inde") + 8,
+                            ServerConfig(drafts="off", names=False),
                             path="wrap.py")
     for wrote, shown_text in ((COPIED, None), ("nt)", "nt)")):
         engine.infill = lambda *a, wrote=wrote, **k: replace(infill(*a, **k), text=wrote, abstained=False)

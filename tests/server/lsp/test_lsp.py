@@ -44,6 +44,16 @@ async def test_open_change_complete(client: LanguageClient):
         assert item.command.command == "redraft.accept"
 
 
+async def test_a_partly_typed_name_is_completed_from_the_names_in_the_file(client: LanguageClient):
+    uri = "file:///work/names.py"
+    open_doc(client, uri, "zorblax_quantity = 3\n\ntotal = 2 * zorb\n")  # no draft: `* zorb` occurs once
+    before = await stats(client)
+    items = await complete(client, uri, 2, 16)
+    after = await stats(client)
+    assert items and items[0].insert_text.startswith("lax_quantity")  # the random model's word is no name
+    assert after["sources"].get("name", 0) == before["sources"].get("name", 0) + 1
+
+
 async def test_typing_burst_latest_wins(client: LanguageClient):
     uri = "file:///work/burst.py"
     open_doc(client, uri, "total = \n")

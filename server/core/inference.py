@@ -305,13 +305,21 @@ def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None
 
 
 def answer_from_drafts(snap: Snapshot) -> Answer:
-    """The best draft that survives post-processing, without a model."""
+    """The best draft that survives post-processing, without a model; at a partly typed name
+    that the draft (or no draft) leaves an unknown word, the known name alone (names.py)."""
     ctx = document_windows(snap)
+    found = Answer(None, False)
     for d in snap.drafts:
         edit = postprocess.finish(snap, ctx, d.text)
         if edit is not None:
-            return Answer(edit, False, raw=d.text, source=d.source)
-    return Answer(None, False)
+            found = Answer(edit, False, raw=d.text, source=d.source)
+            break
+    if snap.config.names and not snap.in_string:
+        rest = names.forced_name(snap, "" if found.edit is None else found.edit.text)
+        edit = postprocess.finish(snap, ctx, rest) if rest else None
+        if edit is not None:
+            return Answer(edit, False, raw=rest, source="name")
+    return found
 
 
 def usable_drafts(snap: Snapshot, ctx: context.Context) -> tuple[Draft, ...]:

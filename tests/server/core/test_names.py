@@ -84,3 +84,21 @@ def test_the_server_shows_the_known_name_and_the_model_writes_on(tiny_model):
     plain = answer(engine, own_drafts(snap, doc, off))
     assert plain.source != "name"
     assert plain.edit is None or not plain.edit.text.startswith("load_value")
+
+
+def test_without_a_model_the_known_name_is_shown_alone():
+    only = ServerConfig(drafts="only")
+    snap, doc = snap_at("try:\n    import yaml\nexcept FileNo|\n", only)
+    got = answer(None, own_drafts(snap, doc, only))
+    assert got.source == "name" and not got.ran_model
+    assert got.edit is not None and got.edit.text == "tFoundError"
+    off = ServerConfig(drafts="only", names=False)
+    snap, doc = snap_at("try:\n    import yaml\nexcept FileNo|\n", off)
+    assert answer(None, own_drafts(snap, doc, off)).edit is None  # no draft: nothing to show
+
+
+def test_inside_a_string_names_stay_out_of_the_prose():
+    only = ServerConfig(drafts="only")
+    snap, doc = snap_at('format_value = 1\n\n\ndef f():\n    """Return the forma|"""\n', only)
+    assert snap.in_string
+    assert answer(None, own_drafts(snap, doc, only)).source != "name"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from . import doctor
-from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, print_json
+from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, names_arg, print_json
 from .cli_eval import eval_parser
 from .cluster import command as cluster_command
 from .http import DEFAULT_PORT
@@ -117,6 +117,7 @@ def _complete_parser(sub) -> None:
                    help="drafts from the file itself: seed the model with them (default), use them alone, "
                         "or not at all")
     cache_arg(c)
+    names_arg(c)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
     c.add_argument("--timings", action="store_true",
@@ -261,7 +262,8 @@ def _complete(args) -> int:
     from .core.context import own_drafts, text_snapshot
     from .core.settings import ServerConfig, parse
 
-    options = {"drafts": args.drafts, "threshold": args.threshold, "cache": args.cache == "on"}
+    options = {"drafts": args.drafts, "threshold": args.threshold, "cache": args.cache == "on",
+               "names": args.names == "on"}
     if args.span is not None:
         options.update(lineTokens=args.span, blockTokens=args.span)
     config, problems = parse(options, ServerConfig())

@@ -20,6 +20,12 @@ def cache_arg(p: argparse.ArgumentParser) -> None:
                         "predictions (default off, as in the server)")
 
 
+def names_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--names", choices=["on", "off"], default="on",
+                   help="complete a partly typed name from the names in the file where the model's answer "
+                        "makes an unknown word of it (default on, as in the server; off for the model alone)")
+
+
 def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="checkpoint folder, shipped name, or pulled HF id "
                                                  "(default: the shipped redraft-diffusion)")

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, print_json
+from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, names_arg, print_json
 
 
 def eval_parser(sub) -> None:
@@ -20,6 +20,7 @@ def eval_parser(sub) -> None:
     ei.add_argument("--drafts", choices=["seeded", "only", "off"], default="seeded",
                     help="drafts from the same file: seed the model (the server's default), alone, or off")
     cache_arg(ei)
+    names_arg(ei)
     ei.add_argument("--workspace", action="store_true",
                     help="drafts also from the other files of each sample's package (the first folder under "
                          "DIR), as the server's come from the workspace when the client names a root")
@@ -76,10 +77,10 @@ def _eval_infill(args) -> int:
     engine = None if args.drafts == "only" else load_engine(args)
     if engine is not None:
         engine.with_sampler(seed=args.seed)
-    config = ServerConfig(drafts=args.drafts, cache=args.cache == "on")
+    config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on")
     outcomes = run(engine, sources, kinds, args.limit, args.seed, config, workspace=args.workspace)
     rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts,
-                 args.workspace)
+                 args.workspace, args.names == "on")
     if args.json:
         print_json(rep)
     else:

@@ -204,7 +204,7 @@ def summarize(outcomes: list[Scored]) -> dict:
 
 
 def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, list[Scored]],
-           drafts: str = "seeded", workspace: bool = False) -> dict:
+           drafts: str = "seeded", workspace: bool = False, names: bool = True) -> dict:
     """Per kind the mode's row with the copy baseline's row and the ratios beside it."""
     kinds = {}
     for kind, outs in outcomes.items():
@@ -214,7 +214,7 @@ def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, lis
     idle = [kind for kind, s in kinds.items() if s["n"] and s["tokens_per_forward"] is None]
     notes = [f"no model forwards in {', '.join(idle)}: tokens_per_forward is None"] if idle else []
     return {"model": model, "files": len(sources), "seed": seed, "drafts": drafts, "workspace": workspace,
-            "kinds": kinds, "notes": notes}
+            "names": names, "kinds": kinds, "notes": notes}
 
 
 def _cell(key: str, value) -> str:
@@ -241,7 +241,8 @@ def format_table(rep: dict) -> str:
         if "copy" in s:
             rows.append((kind, "copy", *(_cell(k, s["copy"][k]) for k in FIELDS), "", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = [f"model {rep['model']}, {rep['files']} files, seed {rep['seed']}, drafts {mode}"]
+    lines = [f"model {rep['model']}, {rep['files']} files, seed {rep['seed']}, drafts {mode}"
+             + ("" if rep.get("names", True) else ", names off")]
     for r in rows:
         lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     lines += [f"note: {n}" for n in rep.get("notes", [])]

@@ -185,3 +185,15 @@ def test_eval_next_edit_on_two_releases(tmp_path):
     assert overall["precision"] == 1.0 and overall["proposals"] == 6
     bad = redraft("eval", "next-edit", "--releases", str(tmp_path / "nothing"))
     assert bad.returncode == 2 and "not a folder" in bad.stderr
+
+
+def test_complete_finishes_a_partly_typed_name_unless_told_not_to(tmp_path):
+    f = tmp_path / "settings.py"
+    f.write_text("import json\n\n\ndef load(path):\n    try:\n        return json.load(open(path))\n"
+                 "    except FileNo\n", encoding="utf-8")
+    on = redraft("complete", f"{f}:7:18", "--drafts", "only", "--json")
+    assert on.returncode == 0, on.stderr
+    got = json.loads(on.stdout)
+    assert got["text"] == "tFoundError" and got["source"] == "name"
+    off = json.loads(redraft("complete", f"{f}:7:18", "--drafts", "only", "--names", "off", "--json").stdout)
+    assert off["text"] == "" and off["source"] != "name"

@@ -46,7 +46,9 @@ def copy_answer(snap: Snapshot, before: str) -> Answer:
     t0 = time.perf_counter()
     lines = snap.config.max_lines if snap.mode is Mode.BLOCK else 1
     text = copy_draft(index, before, lines)
-    got = Answer(None, False) if text is None else answer_from_drafts(replace(snap, drafts=(Draft(text, SOURCE),)))
+    got = Answer(None, False)
+    if text is not None:  # names off: the baseline is the copy and nothing else, whatever the settings
+        got = answer_from_drafts(replace(snap, drafts=(Draft(text, SOURCE),), config=replace(snap.config, names=False)))
     return replace(got, stats=Stats(total_ms=(time.perf_counter() - t0) * 1000))
 
 

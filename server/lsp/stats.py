@@ -40,7 +40,8 @@ class Counters:
     peak_in_flight: int = 0  # most engine jobs queued or running for one document at once
     prefetched: int = 0  # completions computed ahead of time after an accept
     abstained: int = 0  # the model judged every candidate too unlikely to show
-    sources: dict = field(default_factory=dict)  # what answered: model / buffer / open / recent -> count
+    # What answered -> count: model, a draft's source (buffer / open / recent / workspace), name.
+    sources: dict = field(default_factory=dict)
     draft_tokens_kept: int = 0  # draft tokens the model kept, over all answers from drafts
     edits_proposed: int = 0  # next edits proposed (after the model's judgement)
     edits_dropped: int = 0  # next-edit judgements stopped part-way: the document changed (or a newer ask)

@@ -3,12 +3,15 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 import tiny
+from redraft.server.core.context import Draft, text_snapshot
 from redraft.server.core.document import split_lines
 from redraft.server.core.drafts import DraftIndex
+from redraft.server.core.inference import answer_from_drafts
 from redraft.server.core.settings import ServerConfig
 from redraft.server.eval import baseline, samples
 from redraft.server.eval.infill import FIELDS, copy_sample, format_table, report, score_sample
@@ -132,3 +135,14 @@ def test_plot_to_a_missing_folder_fails_before_the_run(tmp_path):
     out = redraft("eval", "infill", "--files", str(tmp_path), "--drafts", "only", "--plot",
                   str(tmp_path / "nowhere" / "eval.png"))
     assert out.returncode == 2 and "no folder" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_copy_is_the_copy_alone_whatever_the_names_setting():
+    # The copy continues `value_t` with `otal:`, which post-processing rejects here; the server
+    # would then complete the name (names.py), the baseline shows nothing.
+    text = "if value_total:\n    pass\nx = value_t"
+    snap, _ = text_snapshot("file:///v.py", text + "\n", len(text), ServerConfig(drafts="only"), "python")
+    assert baseline.copy_draft(DraftIndex(split_lines(text)), text, 1) == "otal:"
+    server = answer_from_drafts(replace(snap, drafts=(Draft("otal:", "buffer"),)))
+    assert server.source == "name" and server.edit.text == "otal"
+    assert baseline.copy_answer(snap, text).edit is None

@@ -14,7 +14,9 @@ from redraft.server.core import inference, postprocess
 from redraft.server.core.context import Draft, Mode, build, own_drafts, text_snapshot
 from redraft.server.core.settings import ServerConfig
 
-DRAFTS_ONLY = ServerConfig(drafts="only")
+# Names off: these tests are about the parse check, and a rejected draft at a partly typed name
+# would otherwise give way to the name (names.py).
+DRAFTS_ONLY = ServerConfig(drafts="only", names=False)
 
 # As in textwrap.TextWrapper._wrap_chunks: the line the buffer draft continues.
 WRAPPER = '''class Wrapper:
@@ -110,7 +112,8 @@ def test_an_error_elsewhere_in_the_window_is_not_blamed_on_the_completion():
 
 
 def test_a_window_that_starts_inside_a_docstring_is_read_from_the_next_statement():
-    config = ServerConfig(drafts="only", context_tokens=64)  # the prefix window starts inside the docstring
+    # The prefix window starts inside the docstring.
+    config = ServerConfig(drafts="only", names=False, context_tokens=64)
     text = ('def f(indent, limit):\n    """Wrap the text.\n\n'
             + "".join(f"    Line {i} of the docstring, which says what the function does.\n" for i in range(12))
             + '    """\n    width = limit\n    n = len(inde\n    return n\n')
@@ -137,10 +140,8 @@ def test_the_models_text_is_checked_the_same_way(tiny_model):
     engine = Engine.load(str(tiny_model), device="cpu", dtype="float32")
     infill = engine.infill
     text = WRAPPER.format(typed="            n = len(inde", after="            chunks.pop()")
-    # (names off: `inde` would otherwise be completed from the names the wrapper uses)
     snap, _ = text_snapshot("file:///wrap.py", text, text.rindex("len(inde") + 8,
-                            ServerConfig(drafts="off", names=False),
-                            path="wrap.py")
+                            ServerConfig(drafts="off", names=False), path="wrap.py")
     for wrote, shown_text in ((COPIED, None), ("nt)", "nt)")):
         engine.infill = lambda *a, wrote=wrote, **k: replace(infill(*a, **k), text=wrote, abstained=False)
         answer = inference.answer(engine, snap)
@@ -180,7 +181,7 @@ def test_only_a_line_the_user_started_is_read_by_cpython():
 def test_a_window_cut_at_an_indented_statement_is_read_inside_its_blocks():
     # The prefix window starts at `def store` (indented): tree-sitter read that first line as an
     # error and much of the window with it, so a right `-> None:` counted one error more.
-    config = ServerConfig(drafts="only", context_tokens=160)
+    config = ServerConfig(drafts="only", names=False, context_tokens=160)
     methods = "".join(f"    def store_{i}(self, token: str) -> None:\n        self.items.append(token)\n\n"
                       for i in range(8))
     text = f"class Parser:\n{methods}    def complete(self) \n        self.done = True\n"

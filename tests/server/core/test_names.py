@@ -102,3 +102,13 @@ def test_inside_a_string_names_stay_out_of_the_prose():
     snap, doc = snap_at('format_value = 1\n\n\ndef f():\n    """Return the forma|"""\n', only)
     assert snap.in_string
     assert answer(None, own_drafts(snap, doc, only)).source != "name"
+
+
+def test_names_are_read_only_within_a_bounded_slice_around_the_cursor():
+    from redraft.server.core.names import SCAN_CHARS
+    near = "far_away_name = 1\n" + "# " + "y" * 100 + "\n"
+    snap, _ = snap_at(near + "print(far_a|)\n")
+    assert forced_name(snap, "") == "way_name"
+    far = "far_away_name = 1\n" + "# " + "y" * (SCAN_CHARS + 10) + "\n"  # one line wider than the slice
+    snap, _ = snap_at(far + "print(far_a|)\n")
+    assert forced_name(snap, "") == ""

@@ -24,7 +24,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from redraft.server.core import drafts
+from redraft.server.core import drafts, keyruns
 from redraft.server.core.document import split_lines, utf8_len
 from redraft.server.core.drafts import (DraftIndex, DraftSource, lookup, recent_source, syntactic_kind,
                                    tree_kind_at)
@@ -100,6 +100,8 @@ def main(argv=None) -> int:
     ap.add_argument("--key-chars", type=int, default=drafts.KEY_CHARS)
     args = ap.parse_args(argv)
     drafts.KEY_CHARS = args.key_chars
+    if args.key_chars != keyruns.KEY_CHARS:  # runs key on KEY_CHARS characters: file position by position
+        drafts.BULK_CHARS = 1 << 62
     rng = random.Random(args.seed)
 
     lines = stdlib_lines(FILES, args.lines)

@@ -14,7 +14,7 @@ from redraft.server.core.drafts import (KEY_CHARS, DraftIndex, DraftSource, Matc
 from redraft.server.core.languages import new_parser, syntax_for
 
 WS = " \t\r\n\f\v"
-PIECES = ["a", "b", "ab", "ab", "x", ".", "(", ")", " ", "  ", "\t", "é", "\n", "\n", "\n    "]
+PIECES = ["a", "b", "ab", "ab", "x", ".", "(", ")", " ", "  ", "\t", "é", "😀", "\n", "\n", "\n    "]
 
 
 def suffix_len(a: str, b: str) -> int:
@@ -105,18 +105,32 @@ def test_common_suffix_against_a_char_loop(seed):
         assert drafts._common_suffix(a, b) == suffix_len(a, b)
 
 
+@pytest.fixture(params=["buckets", "runs"])
+def filing(request, monkeypatch):
+    """Both ways of filing: position by position into buckets (small edits), and in numpy runs
+    (blocks; here every block, with dead entries dropped as soon as there are any)."""
+    if request.param == "runs":
+        monkeypatch.setattr(drafts, "BULK_CHARS", 1)
+        monkeypatch.setattr(drafts, "COMPACT_CHARS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", range(60))
-def test_find_agrees_with_brute_force_over_random_edits(seed):
+def test_find_agrees_with_brute_force_over_random_edits(seed, filing):
     rng = random.Random(seed)
     text = random_text(rng, rng.randrange(0, 120))
     lines = split_lines(text)
-    idx = DraftIndex(lines)
+    idx = DraftIndex(lines, file_chars=rng.choice([None, 0, 10]))
     for _ in range(25):
+        if rng.random() < 0.3:
+            idx.file_pending(rng.choice([1, 5, 40]))
         a = rng.randrange(len(text) + 1)
         b = min(len(text), a + rng.choice([0, 0, 1, 3, 20, 60]))
         new = random_text(rng, rng.choice([0, 1, 1, 2, 8, 30]))
         start, count, new_lines = char_edit(lines, a, b, new)
-        idx.replace_lines(start, count, new_lines)
+        idx.replace_lines(start, count, new_lines, file_chars=rng.choice([None, None, 0, 4]))
+        while idx.file_pending(rng.choice([1, 8, 1000])):
+            pass
         lines[start:start + count] = new_lines
         text = text[:a] + new + text[b:]
         assert idx.text == text and len(idx) == len(lines)

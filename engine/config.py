@@ -162,7 +162,7 @@ class EngineConfig:
     """Where and how the model runs."""
 
     device: str = "cpu"
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16  (auto: bfloat16)
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16 | int8 (CPU: float32 weights, int8 linears)
     threads: int = 0  # torch intra-op threads on CPU; 0 = leave torch's default
     reuse_cache: bool = True  # keep context keys/values across requests where that is exact
     max_context_tokens: int = 4096  # hard cap; callers should trim before this

@@ -19,6 +19,7 @@ from typing import Callable, Generator
 
 import torch
 
+from . import int8
 from .autoregressive import decode
 from .batch import Batch, make_batch
 from .cache import ContextCache, ContextStore
@@ -37,28 +38,46 @@ from redraft.kernels import backend
 
 @functools.cache
 def auto_dtype(device: str) -> str:
-    """bfloat16 where it is fast, else float32.
+    """bfloat16 where it is fast; on other CPUs int8 linears where they are faster than
+    float32 (x86), else float32.
 
     GPUs and CPUs with native bf16 arithmetic (AVX512-BF16, AMX, recent Arm) run the model
     faster in bf16, but CPUs without it (AVX2-only x86 such as many AMD EPYC/Ryzen and older
     Intel parts) emulate bf16 matmuls some 50x slower than fp32 (0.6 vs 33 GFLOP/s measured on
-    an AVX2 EPYC). No flag torch reports says which, so two small matmuls decide (once per
-    process, a few ms)."""
+    an AVX2 EPYC). No flag torch reports says which, so small matmuls decide (once per
+    process, a few ms). On those CPUs a denoising step reads every weight for a few dozen
+    rows, and int8 weights (int8.py) made it ~2x faster on the AVX2 EPYC."""
     if torch.device(device).type != "cpu":
         return "bfloat16"
     times, threads = {}, torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: a busy machine stalls a parallel matmul, not a serial one
     for dtype in (torch.float32, torch.bfloat16):
         a, b = torch.randn(64, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
-        a @ b  # first call: kernel selection, thread pool
-        best = math.inf
-        for _ in range(4):  # the fastest call: other processes only ever slow one down
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
-        times[dtype] = best
+        times[dtype] = _fastest(lambda: a @ b)
+    if times[torch.bfloat16] < times[torch.float32]:
+        torch.set_num_threads(threads)
+        return "bfloat16"
+    choice = "float32"
+    if int8.available():  # a step's shape: a few rows through a weight larger than the caches
+        x, w = torch.randn(16, 256), torch.randn(4096, 256)
+        packed = int8.pack(w)
+        with torch.inference_mode():
+            if _fastest(lambda: int8.linear(x, packed)) < _fastest(lambda: x @ w.t()):
+                choice = "int8"
     torch.set_num_threads(threads)
-    return "bfloat16" if times[torch.bfloat16] < times[torch.float32] else "float32"
+    return choice
+
+
+def _fastest(call: Callable[[], object]) -> float:
+    """Seconds of the fastest of four calls, after one untimed: other processes only ever
+    slow one down, and the first pays kernel selection and the thread pool."""
+    call()
+    best = math.inf
+    for _ in range(4):
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 @dataclass(frozen=True)
@@ -176,13 +195,20 @@ class Engine:
         dtype = dtype or config.dtype
         if dtype == "auto":
             dtype = auto_dtype(device)
+        quantized = dtype == "int8"  # float32 weights, linears in int8 (int8.py)
+        if quantized:
+            if torch.device(device).type != "cpu":
+                raise ValueError(f"dtype int8 runs on the CPU only, not on {device}")
+            dtype = "float32"
         if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+            raise ValueError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)}, int8)")
         if config.threads and device == "cpu":
             torch.set_num_threads(config.threads)
         tokenizer = Tokenizer.from_folder(folder)
         cfg = read_config(folder, tokenizer)
         model = load_model(folder, cfg, torch.device(device), DTYPES[dtype])
+        if quantized:
+            model.use_int8()
         name = str(path_or_name) if not Path(str(path_or_name)).exists() else folder.name
         return cls(model, tokenizer, config, name=name, path=folder)
 
@@ -200,8 +226,9 @@ class Engine:
         """What this engine is and can do, for callers that describe or route to it."""
         if self._info is None:
             p = next(self.model.parameters())
+            dtype = "int8" if self.model.int8 else str(p.dtype).removeprefix("torch.")
             self._info = EngineInfo(name=self.name, parameters=sum(t.numel() for t in self.model.parameters()),
-                                    dtype=str(p.dtype).removeprefix("torch."), device=str(p.device),
+                                    dtype=dtype, device=str(p.device),
                                     scores_edits=not self.model_config.is_causal)
         return self._info
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import int8
 from .cache import KVCache
 from .config import ModelConfig
 
@@ -105,18 +106,23 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(e, self.k * self.d, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(e, self.k * self.d, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(self.h * self.d, e, bias=False)
+        self.int8 = False  # run the projections in int8 (DiffusionLM.use_int8)
 
     def forward(self, x, cos, sin, cache: KVCache | None, start: int, mask, fast=None, key_valid=None) -> torch.Tensor:
         q, k, v = self.project(x)
         y = self.attend(q, k, v, cos, sin, cache, start, mask, fast, key_valid)
-        return self.o_proj(y)
+        return self.out(y)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v for tokens [..., E]: [..., H * D], [..., K * D], [..., K * D]."""
         if _fuse(x):  # one matmul instead of three
-            w, bias = _fused(self, (self.q_proj, self.k_proj, self.v_proj))
-            return F.linear(x, w, bias).split([self.h * self.d, self.k * self.d, self.k * self.d], dim=-1)
+            return _linear(self, (self.q_proj, self.k_proj, self.v_proj), x).split(
+                [self.h * self.d, self.k * self.d, self.k * self.d], dim=-1)
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def out(self, y: torch.Tensor) -> torch.Tensor:
+        """The output projection of `attend`'s result."""
+        return _linear(self, (self.o_proj,), y) if _fuse(y) else self.o_proj(y)
 
     def attend(self, q, k, v, cos, sin, cache: KVCache | None, start: int, mask, fast=None,
                key_valid=None) -> torch.Tensor:
@@ -143,12 +149,12 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.int8 = False  # run the projections in int8 (DiffusionLM.use_int8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _fuse(x):
-            w, _ = _fused(self, (self.gate_proj, self.up_proj))
-            gate, up = F.linear(x, w).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+            gate, up = _linear(self, (self.gate_proj, self.up_proj), x).chunk(2, dim=-1)
+            return _linear(self, (self.down_proj,), F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -160,18 +166,32 @@ def _fuse(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and not torch.compiler.is_compiling() and torch.is_inference_mode_enabled()
 
 
-def _fused(owner: nn.Module, linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The linears' weights (and biases) concatenated, kept on `owner` and rebuilt whenever a
-    weight was replaced or changed in place (training, loading), so inference reads one
-    matrix. Costs one extra copy of those weights in memory."""
+def _linear(owner: nn.Module, linears: tuple[nn.Linear, ...], x: torch.Tensor) -> torch.Tensor:
+    """`x` through `linears` side by side, in one matmul (CPU inference): in int8 when the
+    owner runs so (int8.py), else in the weights' own dtype."""
+    if getattr(owner, "int8", False):
+        return int8.linear(x, _cached(owner, linears, "int8"))
+    if len(linears) == 1:
+        return F.linear(x, linears[0].weight, linears[0].bias)
+    w, bias = _cached(owner, linears, "fused")
+    return F.linear(x, w, bias)
+
+
+def _cached(owner: nn.Module, linears: tuple[nn.Linear, ...], form: str):
+    """The linears' weights (and biases) concatenated ("fused": a (weight, bias) pair) or
+    packed as int8 ("int8"), kept on `owner` per set of linears and rebuilt whenever a weight
+    was replaced or changed in place (training, loading), so inference reads one matrix.
+    Costs one extra copy of those weights in memory (a quarter of it in int8)."""
     key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
-    cached = owner.__dict__.get("_fused_cache")
+    store = owner.__dict__.setdefault("_weights_cache", {})
+    slot = (form, tuple(id(m) for m in linears))
+    cached = store.get(slot)
     if cached is None or cached[0] != key:
-        w = torch.cat([m.weight for m in linears])
+        w = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight
         bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
-        cached = (key, w, bias)
-        owner.__dict__["_fused_cache"] = cached
-    return cached[1], cached[2]
+        cached = (key, int8.pack(w, bias) if form == "int8" else (w, bias))
+        store[slot] = cached
+    return cached[1]
 
 
 class DecoderLayer(nn.Module):
@@ -208,6 +228,20 @@ class DiffusionLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         # Set by the engine when the Triton kernels run: the span attention of a denoising step.
         self.span_attention = None
+        self.int8 = False  # the output head in int8 (use_int8)
+
+    def use_int8(self, on: bool = True) -> None:
+        """Run every linear layer and the output head in int8 during CPU inference (int8.py);
+        training and other devices are unaffected. The float weights stay (the tied
+        embedding reads them)."""
+        if on and not int8.available():
+            raise RuntimeError("int8 linears need torch's x86 quantized kernels (fbgemm), which this build lacks")
+        if on and self.lm_head.weight.dtype != torch.float32:
+            raise RuntimeError(f"int8 linears quantize float32 weights, not {self.lm_head.weight.dtype}")
+        self.int8 = on
+        for m in self.modules():
+            if isinstance(m, (Attention, MLP)):
+                m.int8 = on
 
     def forward(
         self,
@@ -232,6 +266,8 @@ class DiffusionLM(nn.Module):
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if _fuse(hidden):
+            return _linear(self, (self.lm_head,), hidden).float()
         return self.lm_head(hidden).float()
 
 

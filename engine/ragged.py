@@ -72,7 +72,7 @@ def run_together(forwards: list[Forward]) -> None:
             y = attn.attend(q_i.view(B, T, -1), k_i.view(B, T, -1), v_i.view(B, T, -1), cos, sin, f.kv, f.start,
                             mask, fast, f.key_valid)
             parts.append(y.reshape(B * T, -1))
-        x = x + attn.o_proj(torch.cat(parts))
+        x = x + attn.out(torch.cat(parts))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
     x = body.norm(x)
     for f, h in zip(forwards, x.split(sizes)):

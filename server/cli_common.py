@@ -30,7 +30,7 @@ def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="checkpoint folder, shipped name, or pulled HF id "
                                                  "(default: the shipped redraft-diffusion)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | int8 (CPU)")
 
 
 def load_engine(args):

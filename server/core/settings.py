@@ -65,7 +65,7 @@ class ServerConfig:
 
 _INT_RANGES = {"max_lines": (1, 200), "max_drafts": (1, 16), "line_tokens": (1, 512), "block_tokens": (1, 1024),
                "context_tokens": (16, 32768)}
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 _RENAMED = {"stream_drafts": "stream_previews"}  # earlier names clients may still send
 
 

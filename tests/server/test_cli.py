@@ -150,7 +150,7 @@ def test_doctor_reports_this_machine():
              else "ROCm build" if getattr(torch.version, "hip", None) else "CPU build")
     assert lines["torch"].startswith(f"{torch.__version__}, {build}, CUDA available: {'yes' if gpu else 'no'}")
     device, dtype = lines["device"].split(", dtype ")
-    assert device == "cpu" and dtype.split()[0] in ("float32", "bfloat16") and "(auto)" in dtype
+    assert device == "cpu" and dtype.split()[0] in ("float32", "bfloat16", "int8") and "(auto)" in dtype
     engine = Engine.load(DEFAULT_MODEL, device="cpu", dtype=dtype.split()[0])
     params = engine.info().parameters
     assert lines["model"].startswith(f"{DEFAULT_MODEL}: {params / 1e6:.1f}M parameters, {dtype.split()[0]} on cpu, "

@@ -37,8 +37,8 @@ from typing import Callable
 from . import drafts as draft_index
 from .copying import CopyLookup
 from .document import Document, body, utf8_len
-from .languages import (ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, QUOTES, STRING_TYPES, Syntax, children_in_rows,
-                        syntax_for)
+from .languages import (ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, FIELD_TYPES, QUOTES, STRING_TYPES, Syntax,
+                        children_in_rows, syntax_for)
 from .settings import ServerConfig
 
 _INDENT = re.compile(r"[ \t]*")
@@ -77,7 +77,7 @@ class Snapshot:
     first: int = 0  # document row of lines[0]
     nlines: int = -1  # lines in the document (-1: len(lines), the whole document)
     lookup: CopyLookup | None = None  # the cache model's lookup over the drafts' indexes (copying.py)
-    in_string: bool = False  # the cursor is inside a string or docstring (drafts answer there: inference.py)
+    in_string: bool = False  # the cursor is in the text of a string or docstring, not in an f-string field (drafts answer there: inference.py)
 
     def __post_init__(self) -> None:
         if self.nlines < 0:
@@ -158,13 +158,15 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
         return Mode.NONE, "binary", "", False
     if right[:1].isalnum() or right[:1] == "_":
         return Mode.NONE, "mid-identifier", "", False
-    in_args = in_string = False
+    in_args = in_string = in_field = False
     if doc.tree is not None:
-        for node, b in _ancestors(doc, row, col):
+        for node, b in _ancestors(doc, row, col):  # innermost first
             if node.type in COMMENT_TYPES and node.start_point < b <= node.end_point:
                 if not config.comments:
                     return Mode.NONE, "comment", "", False
-            elif node.type in STRING_TYPES and node.start_point < b < node.end_point:
+            elif node.type in FIELD_TYPES and node.start_point < b < node.end_point:
+                in_field = True  # code inside a string: the strings around it do not count
+            elif node.type in STRING_TYPES and node.start_point < b < node.end_point and not in_field:
                 if not config.strings:
                     return Mode.NONE, "string", "", True
                 in_string = True

@@ -47,6 +47,8 @@ COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
 STRING_TYPES = frozenset({"string", "string_content", "string_fragment", "template_string", "string_literal",
                           "raw_string_literal", "interpreted_raw_string_literal", "char_literal",
                           "character_literal", "concatenated_string", "text_block"})
+# Code inside a string (f-string fields, template substitutions): a cursor there is not in text.
+FIELD_TYPES = frozenset({"interpolation", "template_substitution"})
 ARGUMENT_TYPES = frozenset({"argument_list", "arguments", "parameters", "formal_parameters", "parameter_list",
                             "type_arguments", "call_expression_arguments"})
 OPEN_CLOSE = {"(": ")", "[": "]", "{": "}"}

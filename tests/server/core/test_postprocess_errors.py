@@ -220,3 +220,48 @@ def test_a_window_that_reaches_the_documents_end_keeps_its_last_lines():
     assert build(snap, lambda s: len(s) // 3 + 1).suffix.rstrip().endswith("]")
     assert [d.text for d in snap.drafts] == ["ames = ["]
     assert inference.answer(None, snap).edit == postprocess.Edit("ames = [", 0)
+
+
+DOC = '''def run(command):
+    """Run `command` in a shell and return its exit status.
+
+    The output goes to the terminal unless
+    """
+    return 0
+'''
+
+
+def counted_parses(monkeypatch) -> list[int]:
+    """Calls of tree-sitter's error count (one per parse the check reads), from now on."""
+    calls = []
+    real = postprocess.count_errors
+
+    def counting(tree):
+        calls.append(1)
+        return real(tree)
+    monkeypatch.setattr(postprocess, "count_errors", counting)
+    return calls
+
+
+def test_a_requests_candidates_share_one_parse_of_the_window(monkeypatch):
+    text = "def f(indent, limit):\n    x = len(inde\n    y = 2\n    return y\n"
+    snap, _ = text_snapshot("file:///t.py", text, text.rindex("inde") + 4, DRAFTS_ONLY, path="t.py")
+    ctx = inference.document_windows(snap)
+    postprocess._WINDOW_ERRORS.clear()  # as if no other request had read this window
+    parses = counted_parses(monkeypatch)
+    assert postprocess.finish(snap, ctx, "nt) + 1") == postprocess.Edit("nt) + 1", 0)
+    assert postprocess.finish(snap, ctx, "nt) > limit:") is None
+    assert postprocess.finish(snap, ctx, "nt, limit)") == postprocess.Edit("nt, limit)", 0)
+    assert len(parses) == 3 + 1  # each candidate, and the window without one once
+
+
+def test_plain_text_inside_a_docstring_is_shown_unparsed_and_a_quote_is_still_checked(monkeypatch):
+    cursor = DOC.index("unless") + len("unless")
+    snap, _ = text_snapshot("file:///d.py", DOC, cursor, DRAFTS_ONLY, path="d.py")
+    assert snap.in_string and snap.mode is not Mode.NONE
+    ctx = inference.document_windows(snap)
+    parses = counted_parses(monkeypatch)
+    assert postprocess.finish(snap, ctx, " quiet is set.") == postprocess.Edit(" quiet is set.", 0)
+    assert parses == []  # cannot leave the string: no parse
+    assert postprocess.finish(snap, ctx, ' quiet."""') is None  # ends the docstring: the rest breaks
+    assert parses  # checked

@@ -3,6 +3,8 @@ sees, and the drafts that seed it."""
 
 from __future__ import annotations
 
+import pytest
+
 from redraft.server.core import context
 from redraft.server.core.context import Mode, own_drafts, text_snapshot
 from redraft.server.core.inference import answer, answer_from_drafts, model_view, usable_drafts
@@ -75,3 +77,15 @@ def test_drafts_answer_inside_strings_without_the_model():
     assert got.edit is not None and got.edit.text == 'of both values, as a float."""'
     code, doc = text_snapshot("file:///t.py", "x = compute(1)\ny = comp\n", 23, ServerConfig(), "python")
     assert not code.in_string
+
+
+@pytest.mark.parametrize("language, field, prose", [
+    ("python", 'label = f"{count + |}"\n', 'label = f"{count} total |"\n'),
+    ("javascript", "const label = `${count + |}`;\n", "const label = `${count} total |`;\n"),
+])
+def test_a_field_inside_a_string_is_code_not_text(language, field, prose):
+    """The cursor in an f-string field or a template substitution writes code: the model and the
+    parse check see it as such; in the string's text around it, the string counts."""
+    for text, in_string in ((field, False), (prose, True)):
+        snap, _ = text_snapshot("file:///t", text.replace("|", ""), text.index("|"), ServerConfig(), language)
+        assert snap.mode is Mode.LINE and snap.in_string is in_string, text

@@ -115,6 +115,11 @@ class SamplerConfig:
     # cursors, drafts seeding the model) 0.3 ran 0.49x the forwards, gave up 4 shown answers,
     # none right; 0.0 gave up 8 (docs/language-server.md).
     recheck_margin: float = 0.3
+    # Abstain once a request has denoised this many steps with positions still masked (0 =
+    # never). The threshold sampler commits at least one token a step, so a short unit the model
+    # still writes after many steps is one it is unsure of nearly everywhere; the server sets it
+    # for lines (inference.LINE_STEPS).
+    give_up_after: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -126,6 +131,8 @@ class SamplerConfig:
             raise ValueError(f"unknown length_choice {self.length_choice!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError("threshold must be in [0, 1]")
+        if self.give_up_after < 0:
+            raise ValueError("give_up_after must be >= 0")
         if self.draft_rule not in ("keep", "override"):
             raise ValueError(f"unknown draft_rule {self.draft_rule!r}")
         if not 0.0 <= self.draft_keep <= 1.0:

@@ -318,7 +318,7 @@ class Engine:
         results = []
         for i in range(len(requests)):
             score, r = best[i]
-            if i in out.hopeless:  # given up after the first step
+            if i in out.hopeless:  # given up early (a hopeless estimate, or out of steps)
                 score = float("-inf")
             drafts = sum(1 for o, s in zip(owners, sources) if o == i and s >= 0)
             results.append(self._completion(out, i, r, score, prepared[i], row_sources[r], drafts, scfg,
@@ -426,7 +426,9 @@ class Engine:
         ids, confs = self._span(out.x[r], out.conf[r], row.length, out.batch.span_at)
         c = Completion(self._text(ids, p), ids, confs, row.length, healed=p.healed,
                        score=score - (scfg.draft_bonus if source >= 0 else 0.0))
-        if score < scfg.min_score:  # with the draft bonus: a draft is evidence too
+        # With the draft bonus: a draft is evidence too. A request given up early abstains whatever
+        # the bar (out of steps, its span is unfinished).
+        if score < scfg.min_score or req in out.hopeless:
             c.text, c.token_ids, c.confidences, c.abstained = "", [], [], True
         c.stats = Stats(context_tokens=len(row.ctx_ids) + out.batch.span_at,
                         reused_tokens=out.reused_by.get(req, 0) if out.reused_by else out.reused,

@@ -72,7 +72,7 @@ class Running:
     steps: int = 0
     forwards: int = 0
     static_steps: int = 0
-    hopeless: set[int] = field(default_factory=set)  # requests given up after the first step
+    hopeless: set[int] = field(default_factory=set)  # requests given up early: they abstain
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only `rows` (ascending indices, on the host) go on."""
@@ -200,6 +200,8 @@ class Denoiser:
         while bool(st.masked.any()):
             self._check_cancel()
             yield from self._step(st, st.steps + 1 - judged, max_steps, gen)
+            if self.scfg.give_up_after and st.steps - judged >= self.scfg.give_up_after:
+                self._give_up_unfinished(st)
             yield
         st.move(dev)
         score = None
@@ -315,6 +317,15 @@ class Denoiser:
         st.hopeless |= {req for req, score in best.items() if score < bar}
         for b in range(st.batch.B):
             if st.alive[b] in st.hopeless:
+                st.x[b, st.masked[b]] = self.pad_id
+                st.masked[b] = False
+
+    def _give_up_unfinished(self, st: Running) -> None:
+        """Abstain for every request with a row still masked (`give_up_after` steps are spent)."""
+        unfinished = {st.alive[b] for b in range(st.batch.B) if bool(st.masked[b].any())}
+        st.hopeless |= unfinished
+        for b in range(st.batch.B):
+            if st.alive[b] in unfinished:
                 st.x[b, st.masked[b]] = self.pad_id
                 st.masked[b] = False
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -420,12 +421,24 @@ def fill(engine: Engine, snap: Snapshot, ctx: Context, span: int, drafts: list[s
     """One engine call on a snapshot's windows: `span` tokens seeded with `drafts`, with the
     sampler settings the server's config asks for. Raises Cancelled."""
     sampler = (sampler or engine.sampler).with_(span=span, lengths=())
+    if snap.mode in (Mode.LINE, Mode.ARGS) and not sampler.give_up_after and math.isfinite(sampler.min_score):
+        sampler = sampler.with_(give_up_after=LINE_STEPS)
     if snap.config.threshold is not None:
         sampler = sampler.with_(threshold=snap.config.threshold)
     stream = None if on_preview is None else (lambda d: on_preview(d.text, d.step, d.masked))
     return engine.infill(ctx.prefix, ctx.suffix, ctx.extra, drafts=drafts, sampler=sampler, cancel=flag,
                          cache_key=snap.uri, on_preview=stream, stop=stop,
                          lookup=snap.lookup if snap.config.cache else None)
+
+
+# Denoising steps a line (or argument list) may take before the request abstains
+# (SamplerConfig.give_up_after). On 400 line cursors of the validation and held-out packages
+# none of the 13 that ran 8 steps or more was right, and they took up to 1.3 s; on the
+# validation ones a budget of 8, 6 or 5 steps left every answer as it was, 4 changed one and
+# 3 lost a right one. Blocks keep every step: the model writes them at about a token a step.
+# Only for engines that abstain at all (a finite min_score, as the shipped model's): a
+# checkpoint set to always answer is not made to give up by a budget chosen for another.
+LINE_STEPS = 5
 
 
 def _chars_as_tokens(text: str) -> int:

@@ -58,3 +58,16 @@ def test_a_request_on_course_is_not_given_up_by_the_later_checks(shipped):
     checked = shipped.infill(prefix, SUFFIX, sampler=scfg.with_(recheck_margin=0.3))
     assert not checked.abstained and checked.text.startswith("path.")
     assert checked.text == full.text and checked.stats.forwards == full.stats.forwards
+
+
+def test_a_request_out_of_steps_abstains_and_one_within_them_answers(shipped):
+    # The bar is out of reach of no estimate (min_score -50): only the step budget stops it.
+    scfg = shipped.sampler.with_(span=16, min_score=-50.0, block_size=0)
+    full = shipped.infill(PREFIX, SUFFIX, sampler=scfg)
+    capped = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(give_up_after=3))
+    roomy = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(give_up_after=full.stats.steps))
+    assert not full.abstained and full.stats.steps > 3
+    assert capped.abstained and capped.text == "" and capped.stats.steps == 3
+    assert not roomy.abstained and roomy.text == full.text and roomy.stats.steps == full.stats.steps
+    with pytest.raises(ValueError):
+        scfg.with_(give_up_after=-1)

@@ -10,8 +10,6 @@ or editors.
 
 from __future__ import annotations
 
-import functools
-import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,13 +17,13 @@ from typing import Callable, Generator
 
 import torch
 
-from . import int8
 from .autoregressive import decode
 from .batch import Batch, make_batch
 from .cache import ContextCache, ContextStore
 from .cachemodel import CacheModel, Lookup
 from .checkpoint import DEFAULT_MODEL, DTYPES, load_model, read_config, read_sampler_defaults, resolve
 from .config import EngineConfig, ModelConfig, SamplerConfig
+from .dtypes import auto_dtype
 from .errors import Cancelled, CheckpointError
 from .layout import Row, build_row, fit, seed_row
 from .model import DiffusionLM
@@ -35,50 +33,6 @@ from .sampler import Denoised, Denoiser, drain
 from .step import StepGraphs
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
-
-@functools.cache
-def auto_dtype(device: str) -> str:
-    """bfloat16 where it is fast; on other CPUs int8 linears where they are faster than
-    float32 (x86), else float32.
-
-    GPUs and CPUs with native bf16 arithmetic (AVX512-BF16, AMX, recent Arm) run the model
-    faster in bf16, but CPUs without it (AVX2-only x86 such as many AMD EPYC/Ryzen and older
-    Intel parts) emulate bf16 matmuls some 50x slower than fp32 (0.6 vs 33 GFLOP/s measured on
-    an AVX2 EPYC). No flag torch reports says which, so small matmuls decide (once per
-    process, a few ms). On those CPUs a denoising step reads every weight for a few dozen
-    rows, and int8 weights (int8.py) made it ~2x faster on the AVX2 EPYC."""
-    if torch.device(device).type != "cpu":
-        return "bfloat16"
-    times, threads = {}, torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: a busy machine stalls a parallel matmul, not a serial one
-    for dtype in (torch.float32, torch.bfloat16):
-        a, b = torch.randn(64, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
-        times[dtype] = _fastest(lambda: a @ b)
-    if times[torch.bfloat16] < times[torch.float32]:
-        torch.set_num_threads(threads)
-        return "bfloat16"
-    choice = "float32"
-    if int8.available():  # a step's shape: a few rows through a weight larger than the caches
-        x, w = torch.randn(16, 256), torch.randn(4096, 256)
-        packed = int8.pack(w)
-        with torch.inference_mode():
-            if _fastest(lambda: int8.linear(x, packed)) < _fastest(lambda: x @ w.t()):
-                choice = "int8"
-    torch.set_num_threads(threads)
-    return choice
-
-
-def _fastest(call: Callable[[], object]) -> float:
-    """Seconds of the fastest of four calls, after one untimed: other processes only ever
-    slow one down, and the first pays kernel selection and the thread pool."""
-    call()
-    best = math.inf
-    for _ in range(4):
-        t0 = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
 
 @dataclass(frozen=True)
 class InfillRequest:

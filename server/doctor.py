@@ -48,7 +48,7 @@ def run(args) -> int:
 def _model(args, say, fail, gpu: bool) -> None:
     from redraft.engine import DEFAULT_MODEL, Engine, EngineError
     from redraft.engine.checkpoint import resolve
-    from redraft.engine.engine import auto_dtype
+    from redraft.engine.dtypes import auto_dtype
     try:
         dtype = auto_dtype(args.device) if args.dtype == "auto" else args.dtype
     except RuntimeError as e:  # not a device torch knows

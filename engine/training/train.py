@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from ..checkpoint import save_checkpoint
-from ..engine import auto_dtype
+from ..dtypes import auto_dtype
 from ..config import ModelConfig
 from ..model import DiffusionLM
 from .corpus import read_split
@@ -460,7 +460,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def native_bf16() -> bool:
-    """Whether bf16 is fast on this CPU (the engine's own measurement, engine.auto_dtype); without
+    """Whether bf16 is fast on this CPU (the engine's own measurement, dtypes.auto_dtype); without
     native bf16 its matmuls are ~70x slower than float32."""
     return auto_dtype("cpu") == "bfloat16"
 

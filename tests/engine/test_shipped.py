@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from redraft.engine import SHIPPED, Engine
-from redraft.engine.engine import auto_dtype
+from redraft.engine.dtypes import auto_dtype
 
 
 @pytest.fixture(scope="module", params=SHIPPED)

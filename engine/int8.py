@@ -22,17 +22,22 @@ import torch
 
 
 @functools.cache
-def available() -> bool:
-    """Whether this torch has the x86 int8 kernels (fbgemm) and the quantized tensors they take:
-    torch deprecates creating those tensors, so a release without them is simply not used."""
+def unavailable() -> str | None:
+    """Why int8 linears cannot run here, or None when they can: this torch must have the x86
+    kernels (fbgemm) and the quantized tensors they take, which torch deprecates. Found by
+    running one tiny product, once per process; the error is kept as the reason."""
     if "fbgemm" not in torch.backends.quantized.supported_engines:
-        return False
+        return "this torch build has no x86 quantized kernels (fbgemm)"
     try:
         with torch.inference_mode():
             linear(torch.ones(1, 4), pack(torch.ones(2, 4)))
-        return True
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
+    except Exception as e:  # whatever a torch without them raises: int8 is then simply not used
+        return f"int8 linears failed here ({type(e).__name__}: {e})"
+    return None
+
+
+def available() -> bool:
+    return unavailable() is None
 
 
 def pack(weight: torch.Tensor, bias: torch.Tensor | None = None) -> object:

@@ -234,8 +234,9 @@ class DiffusionLM(nn.Module):
         """Run every linear layer and the output head in int8 during CPU inference (int8.py);
         training and other devices are unaffected. The float weights stay (the tied
         embedding reads them)."""
-        if on and not int8.available():
-            raise RuntimeError("int8 linears need torch's x86 quantized kernels (fbgemm), which this build lacks")
+        why = int8.unavailable() if on else None
+        if why is not None:
+            raise RuntimeError(why)
         if on and self.lm_head.weight.dtype != torch.float32:
             raise RuntimeError(f"int8 linears quantize float32 weights, not {self.lm_head.weight.dtype}")
         self.int8 = on

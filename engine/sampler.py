@@ -314,18 +314,17 @@ class Denoiser:
             score = mean + (self.scfg.draft_bonus if bool(st.seeded[b].any()) else 0.0)
             req = st.alive[b]
             best[req] = max(best.get(req, -math.inf), score)
-        st.hopeless |= {req for req, score in best.items() if score < bar}
-        for b in range(st.batch.B):
-            if st.alive[b] in st.hopeless:
-                st.x[b, st.masked[b]] = self.pad_id
-                st.masked[b] = False
+        self._give_up(st, {req for req, score in best.items() if score < bar})
 
     def _give_up_unfinished(self, st: Running) -> None:
         """Abstain for every request with a row still masked (`give_up_after` steps are spent)."""
-        unfinished = {st.alive[b] for b in range(st.batch.B) if bool(st.masked[b].any())}
-        st.hopeless |= unfinished
+        self._give_up(st, {st.alive[b] for b in range(st.batch.B) if bool(st.masked[b].any())})
+
+    def _give_up(self, st: Running, requests: set[int]) -> None:
+        """Stop `requests` here: their rows' masked positions become padding and they abstain."""
+        st.hopeless |= requests
         for b in range(st.batch.B):
-            if st.alive[b] in unfinished:
+            if st.alive[b] in st.hopeless:
                 st.x[b, st.masked[b]] = self.pad_id
                 st.masked[b] = False
 

@@ -232,9 +232,9 @@ class DraftIndex:
     def _file_block(self, block: list[_Line], ctx: str) -> None:
         """File consecutive lines whose first keys reach back into `ctx`: in one run when they are
         long enough, else position by position."""
-        chars = sum(len(ln.text) for ln in block)
         if not block:
             return
+        chars = sum(len(ln.text) for ln in block)
         if chars < BULK_CHARS:
             for ln in block:
                 self._file(ln, ctx)

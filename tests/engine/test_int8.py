@@ -96,3 +96,11 @@ def test_int8_is_a_cpu_choice_and_a_setting():
     assert config.dtype == "int8" and not problems
     config, problems = parse({"dtype": "int4"})
     assert config.dtype == "auto" and problems
+
+
+def test_an_explicit_int8_says_why_it_cannot_run(monkeypatch):
+    monkeypatch.setattr(int8, "unavailable", lambda: "int8 linears failed here (AttributeError: gone)")
+    engine = Engine.load(dtype="float32")
+    with pytest.raises(RuntimeError, match="AttributeError: gone"):
+        engine.model.use_int8()
+    assert not engine.model.int8 and engine.info().dtype == "float32"

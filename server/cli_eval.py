@@ -24,6 +24,8 @@ def eval_parser(sub) -> None:
     ei.add_argument("--workspace", action="store_true",
                     help="drafts also from the other files of each sample's package (the first folder under "
                          "DIR), as the server's come from the workspace when the client names a root")
+    ei.add_argument("--ext", default=".py", metavar="EXTS",
+                    help="comma-separated file name endings to sample from (default .py; e.g. .ts,.go,.rs)")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -48,7 +50,7 @@ def eval_parser(sub) -> None:
 
 
 def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str, files_required: bool = True) -> None:
-    p.add_argument("--files", required=files_required, type=Path, metavar="DIR", help="folder searched for *.py files")
+    p.add_argument("--files", required=files_required, type=Path, metavar="DIR", help="folder searched for source files")
     model_args(p)
     p.add_argument("--limit", type=int, default=100, help=f"{what} per kind (default 100)")
     p.add_argument("--seed", type=int, default=0)
@@ -67,7 +69,8 @@ def _eval_infill(args) -> int:
         raise UserError(f"--limit must be at least 1, got {args.limit}")
     if not args.files.is_dir():
         raise UserError(f"{args.files}: not a folder")
-    sources, skipped = load_sources(args.files)
+    sources, skipped = load_sources(args.files, tuple(e if e.startswith(".") else "." + e
+                                                      for e in args.ext.split(",") if e))
     for path in skipped:
         print(f"redraft: skipping {path} (not UTF-8 text)", file=sys.stderr)
     if not sources:

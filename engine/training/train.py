@@ -23,6 +23,7 @@ stops it at a wall-clock time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -53,6 +54,8 @@ DRAFT_SHARE = 0.15
 class Rows:
     """An endless, seeded stream of training batches from a corpus split.
 
+    Files are drawn by length (capped); with `mix` ({language: share}), each language's files
+    together get that share of the rows (languages it leaves out: none).
     `copy_share` of the rows (falling to 0 over `copy_anneal` steps; constant when 0) are
     copy-rich (examples.copy_example); `edit_share` of diffusion rows show a corrupted draft
     (recipe.corrupt_span, edits at `edit_rate` of the middle); rows grow from 128 tokens to T
@@ -61,9 +64,14 @@ class Rows:
 
     def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool, context_ar: bool = False,
                  *, copy_share: float = 0.0, copy_anneal: int = 0, edit_share: float = DRAFT_SHARE,
-                 edit_rate: float = 0.3, seq_warmup: int = 0):
-        self.docs = [d["text"] for d in docs if len(d["text"]) > 200]
-        self.weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
+                 edit_rate: float = 0.3, seq_warmup: int = 0, mix: dict[str, float] | None = None):
+        docs = [d for d in docs if len(d["text"]) > 200]
+        self.docs = [d["text"] for d in docs]
+        weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
+        if mix:
+            weights = mix_weights([d.get("lang", "python") for d in docs], weights, mix)
+        # Cumulative once: random.choices would sum every document's weight for every row.
+        self.cum_weights = list(itertools.accumulate(weights))
         self.tok, self.T, self.B, self.seed, self.diffusion = tok, T, B, seed, diffusion
         self.context_ar = context_ar
         self.copy_share, self.copy_anneal, self.seq_warmup = copy_share, copy_anneal, seq_warmup
@@ -83,7 +91,7 @@ class Rows:
         T, copy = self.seq(step), self.copy(step)
         rows = []
         while len(rows) < self.B:
-            text = rng.choices(self.docs, self.weights)[0]
+            text = rng.choices(self.docs, cum_weights=self.cum_weights)[0]
             # No draw when the share is 0, so runs without copy rows see the rows they always did.
             pick = copy_example if copy and rng.random() < copy else sample_example
             ex = pick(text, rng)
@@ -184,9 +192,26 @@ def _weighted_ce(model: DiffusionLM, hidden, target, w, masked=None, certainty: 
     return loss
 
 
-def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+def mix_weights(langs: list[str], weights: list[float], mix: dict[str, float]) -> list[float]:
+    """`weights` rescaled so that each language's files sum to its share of `mix` (a language
+    that `mix` leaves out gets 0)."""
+    total: dict[str, float] = {}
+    for lang, w in zip(langs, weights):
+        total[lang] = total.get(lang, 0.0) + w
+    share = sum(mix.values())
+    return [w * mix.get(lang, 0.0) / share / total[lang] for lang, w in zip(langs, weights)]
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int, schedule: str = "cosine", decay: float = 0.2) -> float:
+    """Linear warm-up, then cosine down to 10% of the peak; or, with schedule "wsd"
+    (warm-up, stable, decay), the peak until the last `decay` share of the steps, then linear
+    to 10% — a run whose length is not known up front: raising --steps on resume only
+    lengthens the stable part."""
     if step < warmup:
         return peak * (step + 1) / warmup
+    if schedule == "wsd":
+        start = steps - int(decay * steps)
+        return peak if step < start else peak * (1 - 0.9 * (step - start) / max(1, steps - start))
     progress = (step - warmup) / max(1, steps - warmup)
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
@@ -304,7 +329,7 @@ def train(args) -> Path:
     while step < until and time.time() + took < args.deadline:  # no step that would end past it
         began = time.time()
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, args.schedule, args.decay)
         batch = dict(rows.batch(step), full=args.attention == "full", certainty=args.certainty)
         stats: dict = {}
         loss = train_step(model, opt, batch, stats, bf16)
@@ -342,7 +367,8 @@ def start_model(args, tok, shape: dict) -> DiffusionLM:
 
 
 META = ("objective", "seq", "batch", "lr", "seed", "init", "steps", "attention", "context_ar", "optimizer",
-        "copy_share", "copy_anneal", "edit_share", "edit_rate", "certainty", "seq_warmup", "precision")
+        "copy_share", "copy_anneal", "edit_share", "edit_rate", "certainty", "seq_warmup", "precision", "schedule",
+        "decay", "mix")
 
 
 def valid_entry(model: DiffusionLM, batches: list[dict], bf16: bool) -> dict:
@@ -360,9 +386,11 @@ def data(args, tok) -> tuple[Rows, list[dict]]:
         raise SystemExit("--context-ar needs --objective diffusion with --attention context_causal")
     recipe = dict(copy_share=args.copy_share, copy_anneal=int(args.copy_anneal * args.steps),
                   edit_share=args.edit_share, edit_rate=args.edit_rate, seq_warmup=args.seq_warmup)
-    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar, **recipe)
+    mix = json.loads(args.mix) if args.mix else None
+    rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar,
+                mix=mix, **recipe)
     # Validation loss without the context term, so runs with and without it compare.
-    valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion)
+    valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion, mix=mix)
     return rows, [dict(valid.batch(10_000_000 + i), full=args.attention == "full") for i in range(args.valid_batches)]
 
 
@@ -423,6 +451,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--schedule", choices=["cosine", "wsd"], default="cosine",
+                    help="learning rate after the warm-up: cosine to 10%%, or wsd (stable, then the last --decay "
+                         "share of the steps linear to 10%%; --steps can grow on --resume)")
+    ap.add_argument("--decay", type=float, default=0.2, help="wsd: the share of the steps that decays")
+    ap.add_argument("--mix", help="JSON {language: share} of the rows (default: files by length, any language)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=100)

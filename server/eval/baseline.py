@@ -1,15 +1,17 @@
-"""The plain-copy baseline of `redraft eval infill`: what the code before the cursor gives alone.
+"""The copy baseline of `redraft eval infill` and the benchmarks: what copying gives alone.
 
-The answer continues the longest earlier match of the text before the cursor in the same
-document: that text is indexed on its own (drafts.DraftIndex, so no later text can match),
-searched for itself (ties go to the row nearest the cursor), and the top match's
-continuation is shown the way the server shows a draft (inference.answer_from_drafts: the
-unit-end cut and the post-processing of the snapshot's kind). No model, no ranking among
-sources, no other documents; when the top match's continuation does not survive
-post-processing the baseline abstains rather than trying the next match.
-
-It is what a user would get from a copy rule without redraft's model, scored on the same
-samples with the same metrics, so the mode's row can be read as a ratio over it.
+Two copy rules, no model, no other documents:
+- the plain copy (`plain_copy`), what a 20-line copy server does: the longest suffix of the
+  cursor line's text before the cursor (40 down to 3 characters) that occurs elsewhere in the
+  document, its nearest occurrence above the cursor, else its first below; the answer is the
+  rest of that occurrence's line, unchanged, when it is not empty;
+- the index copy (`copy_draft`): the longest earlier match of all the text before the cursor
+  (drafts.DraftIndex, ties to the row nearest the cursor), continued and post-processed the
+  way the server shows a draft (inference.answer_from_drafts).
+On a line the plain copy answers first and the index copy where it has nothing; in a block
+the index copy (whole lines) comes first. So the baseline answers wherever a plain copy would,
+with the plain copy's own text on a line: every ratio over it is a ratio over at least a
+plain copy, scored on the same samples with the same metrics.
 """
 
 from __future__ import annotations
@@ -23,8 +25,32 @@ from ..core.context import Draft, Mode, Snapshot
 from ..core.document import split_lines
 from ..core.drafts import DraftIndex
 from ..core.inference import Answer, answer_from_drafts
+from ..core.postprocess import Edit
 
 SOURCE = "copy"
+PLAIN = "plain copy"
+LONGEST, SHORTEST = 40, 3  # characters of the cursor line's text the plain copy looks for
+
+
+def plain_copy(before: str, after: str) -> str | None:
+    """The rest of the line after the longest suffix (LONGEST down to SHORTEST characters) of the
+    cursor line's text in `before` that occurs elsewhere in `before + after`: the nearest
+    occurrence above the cursor, else the first below. None when none occurs or its line ends there."""
+    left = before[before.rfind("\n") + 1:]
+    for n in range(min(LONGEST, len(left)), SHORTEST - 1, -1):
+        key = left[-n:]
+        at = before.rfind(key, 0, len(before) - 1)  # not the occurrence that ends at the cursor
+        if at >= 0:
+            start, text = at + n, before + after
+        else:
+            below = after.find(key)
+            if below < 0:
+                continue
+            start, text = below + n, after
+        end = text.find("\n", start)
+        rest = text[start:end if end >= 0 else len(text)]
+        return rest or None
+    return None
 
 
 def copy_draft(index: DraftIndex, before: str, lines: int) -> str | None:
@@ -38,18 +64,29 @@ def copy_draft(index: DraftIndex, before: str, lines: int) -> str | None:
     return index.continuation(found[0].row, found[0].col, lines)
 
 
-def copy_answer(snap: Snapshot, before: str) -> Answer:
-    """The baseline's answer at a snapshot whose document reads `before` up to the cursor.
-    Filing the index is not timed (a server keeps its index up to date as edits arrive);
-    the lookup and post-processing are."""
+def copy_answer(snap: Snapshot, before: str, after: str = "") -> Answer:
+    """The baseline's answer at a snapshot whose document reads `before` up to the cursor and
+    `after` from it. Filing the index is not timed (a server keeps its index up to date as
+    edits arrive); the lookups and post-processing are."""
     index = DraftIndex(split_lines(before))
     t0 = time.perf_counter()
+    block = snap.mode is Mode.BLOCK
+    got = _index_copy(snap, index, before) if block else Answer(None, False)
+    if got.edit is None:
+        plain = plain_copy(before, after)
+        got = Answer(Edit(plain, 0), False, raw=plain, source=PLAIN) if plain else Answer(None, False)
+    if got.edit is None and not block:
+        got = _index_copy(snap, index, before)
+    return replace(got, stats=Stats(total_ms=(time.perf_counter() - t0) * 1000))
+
+
+def _index_copy(snap: Snapshot, index: DraftIndex, before: str) -> Answer:
     lines = snap.config.max_lines if snap.mode is Mode.BLOCK else 1
     text = copy_draft(index, before, lines)
-    got = Answer(None, False)
-    if text is not None:  # names off: the baseline is the copy and nothing else, whatever the settings
-        got = answer_from_drafts(replace(snap, drafts=(Draft(text, SOURCE),), config=replace(snap.config, names=False)))
-    return replace(got, stats=Stats(total_ms=(time.perf_counter() - t0) * 1000))
+    if text is None:
+        return Answer(None, False)
+    # names off: the baseline is the copy and nothing else, whatever the settings
+    return answer_from_drafts(replace(snap, drafts=(Draft(text, SOURCE),), config=replace(snap.config, names=False)))
 
 
 def ratio(mode: float | None, copy: float | None) -> float | None:

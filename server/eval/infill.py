@@ -45,6 +45,7 @@ from redraft.engine import Stats
 from ..core.context import AskedMode, Mode, own_drafts, text_snapshot
 from ..core.drafts import DraftIndex
 from ..core.inference import Answer, answer
+from ..core.languages import canonical
 from ..core.settings import ServerConfig
 from ..core.workspace import Workspace
 from . import metrics, syntax
@@ -84,7 +85,8 @@ def snapshot(source: Source, sample: Sample, config: ServerConfig):
     kind_cfg = replace(config, line_tokens=SPAN_BUDGET[sample.kind], block_tokens=SPAN_BUDGET[sample.kind])
     mode = MODE_OF_KIND[sample.kind]
     header = " " * max(sample.header_indent, 0) if mode is Mode.BLOCK else None
-    return text_snapshot(URI, prefix + suffix, len(prefix), kind_cfg, "python",
+    uri = URI.rsplit(".", 1)[0] + source.path[source.path.rfind("."):]  # the file's language, by its extension
+    return text_snapshot(uri, prefix + suffix, len(prefix), kind_cfg, canonical(None, uri) or "python",
                          asked=AskedMode(mode, f"eval {sample.kind}", header))
 
 
@@ -124,7 +126,7 @@ def score(source: Source, sample: Sample, raw: str, stats=None, errors_before: i
 def copy_sample(source: Source, sample: Sample, config: ServerConfig) -> Answer:
     """The plain-copy baseline's answer (baseline.py) at the same cursor, same unit."""
     snap, _ = snapshot(source, sample, config)
-    return copy_answer(snap, source.text[:sample.start])
+    return copy_answer(snap, source.text[:sample.start], source.text[sample.end:])
 
 
 def score_sample(engine, source: Source, sample: Sample, config: ServerConfig,

@@ -55,11 +55,12 @@ class Sample:
         return text[:self.start], text[self.end:]
 
 
-def load_sources(folder: Path) -> tuple[list[Source], list[str]]:
-    """The *.py files under `folder` (recursive, sorted) as Sources, and the paths skipped
-    because they are not UTF-8 text."""
+def load_sources(folder: Path, suffixes: tuple[str, ...] = (".py",)) -> tuple[list[Source], list[str]]:
+    """The files under `folder` (recursive, sorted) whose names end with one of `suffixes`
+    (e.g. ".py", ".ts", ".go", ".rs") as Sources, and the paths skipped because they are not
+    UTF-8 text."""
     sources, skipped = [], []
-    for path in sorted(p for p in folder.rglob("*.py") if p.is_file()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith(suffixes)):
         rel = path.relative_to(folder).as_posix()
         try:
             sources.append(Source(rel, path.read_text(encoding="utf-8")))

@@ -50,7 +50,7 @@ from pygls.lsp.client import LanguageClient
 
 from bench_lsp import CAPS, finish, proc_stats, timed_items  # this folder is on sys.path when run as a script
 from redraft.server.core.context import AskedMode, Mode, text_snapshot
-from redraft.server.core.languages import CLOSERS, OPEN_CLOSE, QUOTES
+from redraft.server.core.languages import CLOSERS, OPEN_CLOSE, QUOTES, canonical
 from redraft.server.core.settings import parse
 from redraft.server.eval import metrics
 from redraft.server.eval.baseline import copy_answer, ratio
@@ -131,6 +131,11 @@ def autoclosed(left: str) -> str:
     return quote + "".join(reversed(stack))
 
 
+def language_of(path: str) -> str:
+    """The LSP language id a client sends for `path` (by its extension; Python when unknown)."""
+    return canonical(None, path) or "python"
+
+
 async def run_case(client, uri: str, source: Source, sample: Sample, autoclose: bool = False) -> Case:
     """Open the case's document, ask cold, type the first expected character, ask warm, close."""
     prefix, suffix = sample.split(source.text)
@@ -138,7 +143,7 @@ async def run_case(client, uri: str, source: Source, sample: Sample, autoclose: 
     left = prefix[prefix.rfind("\n") + 1:]
     right = autoclosed(left) if autoclose else ""
     client.text_document_did_open(T.DidOpenTextDocumentParams(
-        text_document=T.TextDocumentItem(uri=uri, language_id="python", version=1, text=prefix + right + suffix)))
+        text_document=T.TextDocumentItem(uri=uri, language_id=language_of(source.path), version=1, text=prefix + right + suffix)))
     cold_ms, cold_outcome, cold = await ask(client, uri, left + right, row, col)
     case = Case(sample, cold, cold_ms, cold_outcome)
     if sample.expected:
@@ -155,7 +160,7 @@ async def run_case(client, uri: str, source: Source, sample: Sample, autoclose: 
 
 
 def copy_text(source: Source, sample: Sample, config, autoclose: bool = False) -> str:
-    """What the line reads after the cursor with the plain-copy baseline's answer ("" when it
+    """What the line reads after the cursor with the copy baseline's answer ("" when it
     abstains), in the same document the server saw."""
     snap = snapshot(source, sample, config)[0]
     right = ""
@@ -163,9 +168,9 @@ def copy_text(source: Source, sample: Sample, config, autoclose: bool = False) -
         prefix, suffix = sample.split(source.text)
         right = autoclosed(prefix[prefix.rfind("\n") + 1:])
         kind_cfg = replace(config, line_tokens=SPAN_BUDGET[KIND], block_tokens=SPAN_BUDGET[KIND])
-        snap = text_snapshot(snap.uri, prefix + right + suffix, len(prefix), kind_cfg, "python",
+        snap = text_snapshot(snap.uri, prefix + right + suffix, len(prefix), kind_cfg, language_of(source.path),
                              asked=AskedMode(Mode.LINE, f"eval {KIND}"))[0]
-    got = copy_answer(snap, source.text[:sample.start])
+    got = copy_answer(snap, source.text[:sample.start], right + source.text[sample.end:])
     return "" if got.edit is None else got.edit.text + right[got.edit.replace:]
 
 
@@ -291,7 +296,8 @@ def table(out: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--files", required=True, help="folder of held-out *.py files")
+    ap.add_argument("--files", required=True, help="folder of held-out source files")
+    ap.add_argument("--ext", default=".py", help="comma-separated file name endings (default .py; .ts, .go, .rs ...)")
     ap.add_argument("--cases", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None)
@@ -305,7 +311,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases-json", default=None,
                     help="write every case here (file, cursor, expected, cold / warm / copy texts, ms)")
     args = ap.parse_args(argv)
-    sources, _ = load_sources(Path(args.files))
+    sources, _ = load_sources(Path(args.files), tuple(e if e.startswith(".") else "." + e
+                                                      for e in args.ext.split(",") if e))
     samples = draw(sources, KIND, args.cases, args.seed)
     if args.autoclose:  # nothing to type where the editor already closed all that was removed
         samples = [s for s in samples if s.expected.rstrip() != autoclosed(_left(sources, s))]

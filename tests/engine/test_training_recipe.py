@@ -245,3 +245,21 @@ def test_a_small_trained_model_copies(synthetic, tmp_path, monkeypatch):
         unseen.append(_p_first_token(model, tok, "".join(lines[:j]) + head, name))
     assert sum(seen) / len(seen) >= 0.5, seen
     assert sum(unseen) / len(unseen) < 0.05, unseen  # copied from the context, not guessed
+
+
+def test_wsd_holds_the_peak_then_decays_and_growing_the_run_only_lengthens_the_plateau():
+    lrs = [train.lr_at(s, 100, 1.0, 10, "wsd", 0.2) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == 1.0
+    assert all(lr == 1.0 for lr in lrs[10:80]) and lrs[99] == pytest.approx(0.1 + 0.9 / 20)
+    assert all(a > b for a, b in zip(lrs[80:], lrs[81:]))  # decays every step of the last 20%
+    longer = [train.lr_at(s, 200, 1.0, 10, "wsd", 0.2) for s in range(100)]
+    assert longer[:80] == lrs[:80] and all(lr == 1.0 for lr in longer[80:])  # resumed with more steps
+
+
+def test_the_language_mix_sets_each_languages_share_of_the_rows():
+    langs = ["python"] * 3 + ["go"] * 1 + ["rust"] * 2
+    w = train.mix_weights(langs, [1.0, 2.0, 3.0, 10.0, 1.0, 1.0], {"python": 0.5, "go": 0.3, "rust": 0.2})
+    share = {lang: sum(x for x, l in zip(w, langs) if l == lang) for lang in set(langs)}
+    assert share == pytest.approx({"python": 0.5, "go": 0.3, "rust": 0.2})
+    assert w[2] == pytest.approx(3 * w[0])  # within a language, files keep their length weights
+    assert train.mix_weights(langs, [1.0] * 6, {"python": 1.0})[3:] == [0.0, 0.0, 0.0]  # left out: never drawn

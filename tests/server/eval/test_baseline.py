@@ -67,7 +67,7 @@ def test_copy_continues_the_longest_earlier_match(source):
     assert (best.row, index.continuation(best.row, best.col)) == (area, " * shape.height")
     assert baseline.copy_draft(index, prefix, 1) == " * shape.height"
     got = copy_sample(source, s, ServerConfig(drafts="only"))
-    assert got.edit is not None and got.edit.text == " * shape.height" and got.source == "copy"
+    assert got.edit is not None and got.edit.text == " * shape.height" and got.source == baseline.PLAIN
     assert not got.ran_model and got.stats.forwards == 0
 
 
@@ -90,7 +90,7 @@ def test_report_carries_the_copy_row_and_ratios(source):
     copy = row["copy"]
     assert set(copy) == set(FIELDS) | {"sources"}
     assert copy["n"] == 2 and copy["exact_match"] == 0.5 and copy["abstain_rate"] == 0.5
-    assert copy["sources"] == {"copy": 1} and copy["forwards"] == 0.0
+    assert copy["sources"] == {baseline.PLAIN: 1} and copy["forwards"] == 0.0
     assert copy["tokens_per_forward"] is None and row["tokens_per_forward"] is None
     assert row["vs_copy"]["exact_match"] == pytest.approx(row["exact_match"] / 0.5, abs=1e-3)
     assert row["vs_copy"]["correct_prefix"] == pytest.approx(row["correct_prefix"] / copy["correct_prefix"], abs=1e-3)
@@ -139,10 +139,48 @@ def test_plot_to_a_missing_folder_fails_before_the_run(tmp_path):
 
 def test_the_copy_is_the_copy_alone_whatever_the_names_setting():
     # The copy continues `value_t` with `otal:`, which post-processing rejects here; the server
-    # would then complete the name (names.py), the baseline shows nothing.
+    # would then complete the name (names.py); the baseline shows what a plain copy shows.
     text = "if value_total:\n    pass\nx = value_t"
     snap, _ = text_snapshot("file:///v.py", text + "\n", len(text), ServerConfig(drafts="only"), "python")
     assert baseline.copy_draft(DraftIndex(split_lines(text)), text, 1) == "otal:"
     server = answer_from_drafts(replace(snap, drafts=(Draft("otal:", "buffer"),)))
     assert server.source == "name" and server.edit.text == "otal"
-    assert baseline.copy_answer(snap, text).edit is None
+    got = baseline.copy_answer(snap, text, "\n")
+    assert (got.edit.text, got.source) == ("otal:", baseline.PLAIN)
+    assert baseline._index_copy(snap, DraftIndex(split_lines(text)), text).edit is None
+
+
+# -- the plain copy: what a 20-line copy server answers ------------------------------------------
+
+def test_plain_copy_takes_the_nearest_occurrence_above():
+    before = "a = f(x, 1)\nb = f(x, 2)\nc = f(x"
+    assert baseline.plain_copy(before, "\n") == ", 2)"
+
+
+def test_plain_copy_takes_the_longest_suffix_first():
+    # " = g(" is longer than "g(" and only the first line has it; the nearer line has "g(" alone.
+    before = "k = g(1, 'long')\nprint(g(2))\nm = g("
+    assert baseline.plain_copy(before, "") == "1, 'long')"
+
+
+def test_plain_copy_looks_below_when_nothing_above_matches():
+    before = "def main():\n    run_all(sys"
+    after = "\n\n\ndef run_all(items):\n    pass\n\nrun_all(sys.argv[1:])\n"
+    assert baseline.plain_copy(before, after) == ".argv[1:])"
+
+
+def test_plain_copy_abstains_on_its_own_text_and_at_a_line_end():
+    assert baseline.plain_copy("x = unique_name", "\n") is None  # only the cursor's own occurrence
+    assert baseline.plain_copy("x = 1 + total\ntotal", "") is None  # the match ends its line: nothing to copy
+    assert baseline.plain_copy("ab\nab", "") is None  # under 3 characters: no key
+
+
+def test_the_baseline_answers_wherever_the_plain_copy_does():
+    # Nothing above the cursor continues `later_value(`; a later line does: only the plain copy
+    # (which also looks below) answers, and the baseline shows its text.
+    text = "x = later_value(\ny = later_value(alpha, beta)\n"
+    cursor = text.index("(") + 1
+    snap, _ = text_snapshot("file:///c.py", text, cursor, ServerConfig(drafts="only"), "python")
+    assert baseline.copy_draft(DraftIndex(split_lines(text[:cursor])), text[:cursor], 1) is None
+    got = baseline.copy_answer(snap, text[:cursor], text[cursor:])
+    assert (got.edit.text, got.source) == ("alpha, beta)", baseline.PLAIN)

@@ -133,3 +133,35 @@ def test_context_next_token_loss_stays_in_the_context(tiny_corpus):
         ar = (b["ar_weight"][i] > 0).nonzero().flatten()
         assert ar.tolist() == list(range(c - 1))  # position j predicts j + 1, up to the token before <|fim_middle|>
         assert torch.equal(b["target"][i, :c - 1], b["ids"][i, 1:c])
+
+
+def test_ar_to_diffusion_conversion_keeps_the_contexts_keys_and_values_exact(tiny_corpus):
+    # The diffusion run starts from the AR twin's weights (--init); with the context_causal
+    # pattern its context attends as the twin's did, so the keys/values a server caches for
+    # the context are the twin's to the bit, and only the span block learns anything new.
+    from redraft.engine.cache import KVCache
+    tok = train._tok(tiny_corpus / "tok")
+    shape = train.shape_for(tok, json.loads(TINY_SHAPE))
+    torch.manual_seed(0)
+    ar = train.build_model("ar", tok, shape).eval()
+    diff = train.build_model("diffusion", tok, shape, "context_causal").eval()
+    diff.load_state_dict(ar.state_dict())
+    ids = torch.tensor([tok.encode("def area(shape):\n    return shape.width * shape.height\n").ids])
+    T, C = ids.shape[1], ids.shape[1] - 6  # the last 6 positions play the span
+    pos = torch.arange(T).expand(1, T)
+
+    def kv(model, mask=None, causal=False, n=T):
+        cache = KVCache(shape["num_hidden_layers"], 1, shape["num_key_value_heads"], T, shape["head_dim"],
+                        torch.float32, "cpu")
+        with torch.no_grad():
+            model(ids[:, :n], pos[:, :n], cache=cache, causal=causal, mask=mask)
+        return [k[:, :, :C] for k in cache.k], [v[:, :, :C] for v in cache.v]
+
+    twin = kv(ar, causal=True, n=C)  # the twin reads the context alone
+    mask = train.span_mask(torch.tensor([C]), torch.tensor([T]), T)[:, :, :, :T]
+    served = kv(diff, mask=mask)  # the diffusion model reads context and span in one pass
+    assert len(twin[0]) == shape["num_hidden_layers"]
+    for a, b in zip(twin[0] + twin[1], served[0] + served[1]):
+        assert torch.equal(a, b)
+    full = kv(diff, mask=train.span_mask(torch.tensor([C]), torch.tensor([T]), T, full=True))
+    assert not torch.equal(full[0][-1], twin[0][-1])  # a bidirectional context would not keep them

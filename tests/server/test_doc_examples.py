@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,11 @@ def server(shell_env):
     proc = subprocess.Popen(["redraft", "serve", "--http", port], env=shell_env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stderr.readline()  # the first thing it says, once the model is loaded
-        assert f"answering at http://127.0.0.1:{port}" in line, line + proc.stderr.read(2000)
+        said = []
+        while not said or f"answering at http://127.0.0.1:{port}" not in said[-1]:  # once the model is loaded
+            said.append(proc.stderr.readline())
+            assert said[-1], "the server stopped before it answered:\n" + "".join(said)
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # a full pipe would stall its log
         yield port
     finally:
         proc.kill()

@@ -6,7 +6,10 @@ waiting, (2) always negotiates UTF-16 columns, which the Session counts in, (3) 
 pygls' own copy of open documents, since the Session keeps them (with trees and histories),
 and (4) forgets each notification once handled: pygls 2.1 files the future of every
 notification whose handler is a generator (didOpen, didChange, didClose, ...) under a fresh
-id and never removes it — one future per keystroke, for the life of the process.
+id and never removes it — one future per keystroke, for the life of the process; (5) takes a
+`$/cancelRequest` for a request already answered as the normal LSP traffic it is (the client
+cancels while the answer is on its way), where pygls warns on stderr, which editors show as an
+error (Neovim's LspLog).
 `ClientLog` forwards redraft's log records to the client as `window/logMessage`.
 """
 
@@ -22,6 +25,8 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification
 from pygls.protocol.language_server import lsp_method
+
+log = logging.getLogger(__name__)
 
 
 class RedraftProtocol(LanguageServerProtocol):
@@ -41,6 +46,12 @@ class RedraftProtocol(LanguageServerProtocol):
             future = self._request_futures.get(msg_id)
             if future is not None:
                 future.add_done_callback(lambda _, key=msg_id: self._request_futures.pop(key, None))
+
+    def _handle_cancel_notification(self, msg_id):
+        if msg_id not in self._request_futures:  # answered already: nothing left to cancel
+            log.debug("cancel for request %s, already answered", msg_id)
+            return
+        super()._handle_cancel_notification(msg_id)
 
     @lsp_method(T.INITIALIZE)
     def lsp_initialize(self, params: T.InitializeParams):

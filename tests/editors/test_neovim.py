@@ -505,3 +505,89 @@ def test_settings_problems_the_server_reports_on_start(editor: Editor, init_opti
         assert problems == [], problems
     else:
         assert problems and all(bad in m for m in problems), r["messages"]
+
+
+# Ahead of setup(): keeps every vim.notify() (and still shows it).
+RECORD_NOTIFY = '''
+  _G.notes = {}
+  local notify = vim.notify
+  vim.notify = function(msg, level, opts)
+    table.insert(_G.notes, { msg = msg, level = level or vim.log.levels.INFO })
+    return notify(msg, level, opts)
+  end
+'''
+
+
+def test_a_server_command_that_cannot_run_is_reported_once(editor: Editor):
+    missing = str(editor.folder / "no-venv" / "bin" / "redraft")
+    r = editor.run('''
+      H.sleep(200)
+      vim.cmd("edit other.py")  -- a second buffer of a configured filetype
+      vim.cmd("edit notes.txt") -- and one of another
+      H.sleep(200)
+      H.out.notes = _G.notes
+      H.out.messages = vim.api.nvim_exec2("messages", { output = true }).output
+      H.out.clients = #vim.lsp.get_clients({ name = "redraft" })
+    ''', "compute.py", COMPUTE, ready=False, before=RECORD_NOTIFY, cmd=[missing, "serve"])
+    notes = [n for n in r["notes"] if missing in n["msg"]]
+    assert len(notes) == 1, r["notes"]  # once, not once per buffer
+    assert notes[0]["level"] == 3  # vim.log.levels.WARN
+    assert "not executable" in notes[0]["msg"] and ":checkhealth redraft" in notes[0]["msg"]
+    assert r["messages"].count(missing) == 1  # what the user sees in :messages
+    assert r["clients"] == 0
+
+
+def test_trigger_outside_insert_mode_says_where_it_works(editor: Editor):
+    r = editor.run('''
+      H.keys("Goy = compute(al<Esc>")
+      local before = H.stats().requests
+      H.out.normal = R.trigger()
+      H.sleep(300)
+      H.out.after_normal = { H.ghost() or false, H.stats().requests - before, _G.notes }
+      H.keys("A")
+      H.keys("<Cmd>lua _G.asked = require('redraft').trigger()<CR>")
+      H.out.insert = { _G.asked, H.wait(function() return H.ghost() end, 5000, "ghost text after trigger()") }
+    ''', "compute.py", COMPUTE, auto_trigger=False, before=RECORD_NOTIFY)
+    assert r["normal"] is False
+    ghost, asked, notes = r["after_normal"]
+    assert ghost is False and asked == 0  # nothing is asked for a normal-mode cursor
+    assert len(notes) == 1 and "insert mode" in notes[0]["msg"], notes
+    asked, ghost = r["insert"]
+    assert asked is True and ghost["drawn"] == "y = compute(alpha, beta)"
+
+
+def test_cancels_leave_no_errors_in_the_lsp_log(editor: Editor, tmp_path: Path):
+    """A cancel can cross the answer on the wire: the server takes it as normal traffic (no line
+    on stderr, which :LspLog shows as an ERROR), and the plugin cancels only what is pending."""
+    r = editor.run('''
+      local client, C = H.client(), require("redraft.client")
+      local sent, notify = {}, client.rpc.notify
+      client.rpc.notify = function(method, params)
+        if method == "$/cancelRequest" then table.insert(sent, params.id) end
+        return notify(method, params)
+      end
+      local answered = false
+      local _, done = client:request("redraft/stats", vim.empty_dict(), function() answered = true end, 0)
+      H.wait(function() return answered and client.requests[done] == nil end, 5000, "the answer")
+      C.cancel(client, done)             -- the plugin: answered, so nothing to send
+      H.out.plugin_after_answer = #sent
+      client.rpc.notify("$/cancelRequest", { id = done })  -- as when the cancel crosses the answer
+      local _, pending = client:request("redraft/stats", vim.empty_dict(), function() end, 0)
+      C.cancel(client, pending)          -- still pending: sent
+      H.out.sent, H.out.ids = vim.deepcopy(sent), { done, pending }
+      H.keys("Go")                       -- and the plugin's own requests, typed and dismissed
+      for _ = 1, 3 do
+        H.type("y = compute(alpha, be", 45)
+        H.keys("<C-]>")
+        H.keys("<Esc>o", 60)
+      end
+      H.sleep(300)
+      H.out.stats = H.stats()            -- answered after every cancel above was handled
+    ''', "compute.py", COMPUTE, init_options={"drafts": "seeded"})
+    assert r["plugin_after_answer"] == 0
+    done, pending = r["ids"]
+    assert r["sent"] == [done, pending]
+    assert r["stats"]["requests"] >= 3 and r["stats"]["errors"] == 0
+    log_file = tmp_path / "state" / "nvim" / "lsp.log"
+    log = log_file.read_text(encoding="utf-8") if log_file.exists() else ""
+    assert "[ERROR]" not in log, log[-3000:]  # neither the server's stderr nor Neovim's own

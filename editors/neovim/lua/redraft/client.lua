@@ -30,8 +30,14 @@ function M.request(client, method, params, handler, buf)
   return ok and id or nil
 end
 
+--- Cancels request `id` unless it is known to be answered already (a cancel then is noise the
+--- server has to ignore).
 function M.cancel(client, id)
   if id == nil then
+    return
+  end
+  local req = client.requests and client.requests[id]
+  if client.requests and not (req and req.type == "pending") then
     return
   end
   if HAS_011 then

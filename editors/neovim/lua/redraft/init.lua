@@ -119,15 +119,24 @@ local function buf_of(buf)
   return (buf == nil or buf == 0) and api.nvim_get_current_buf() or buf
 end
 
---- Asks for a suggestion at the cursor now.
+--- Asks for a suggestion at the cursor now. Ghost text belongs to the insert cursor (it goes
+--- when insert mode ends, and the keys that accept it are insert-mode keys), so outside insert
+--- mode this only says so.
 ---@param buf integer?
+---@return boolean asked
 function M.trigger(buf)
   buf = buf_of(buf)
+  if api.nvim_get_mode().mode:sub(1, 1) ~= "i" then
+    vim.notify("redraft: trigger() works in insert mode, where ghost text is shown; map it there, "
+      .. "e.g. vim.keymap.set(\"i\", \"<M-]>\", \"<Cmd>Redraft trigger<CR>\")", vim.log.levels.INFO)
+    return false
+  end
   if use_builtin() then
     builtin.request(buf)
   else
     ghost.request(buf, ghost.TRIGGER_INVOKED)
   end
+  return true
 end
 
 --- The suggestion on screen, or nil: `{ text, range, item }` — `text` is what accepting
@@ -319,6 +328,24 @@ local function server_config()
   }
 end
 
+local warned = {} ---@type table<string, boolean> server commands already reported missing
+
+--- Whether the server command can run. When it cannot, says so once per command: Neovim's
+--- LSP client would only write it to its log, and the user would see nothing at all.
+local function cmd_runs()
+  local cmd = M.config.cmd
+  if type(cmd) ~= "table" or type(cmd[1]) ~= "string" or vim.fn.executable(cmd[1]) == 1 then
+    return true
+  end
+  if not warned[cmd[1]] then
+    warned[cmd[1]] = true
+    vim.notify(("redraft: the server command %q is not executable (not installed, or not on PATH); "
+      .. "set cmd = { \"/path/to/venv/bin/redraft\", \"serve\" } in setup(). See :checkhealth redraft")
+      :format(cmd[1]), vim.log.levels.WARN)
+  end
+  return false
+end
+
 local function start_per_buffer(buf)
   local cfg = server_config()
   cfg.root_dir = vim.fs.root(buf, cfg.root_markers) or vim.fn.getcwd()
@@ -347,6 +374,33 @@ local function subcommand(args)
     M.request_next_edits()
   else
     vim.notify("redraft: unknown subcommand " .. sub, vim.log.levels.ERROR)
+  end
+end
+
+--- Starts the client for the configured filetypes: Neovim's own vim.lsp.enable (0.11+), or
+--- vim.lsp.start per buffer (0.10). A server command that cannot run is reported, once.
+local function start()
+  local native = vim.lsp.config ~= nil and vim.lsp.enable ~= nil
+  if native then
+    vim.lsp.config(client_of.NAME, server_config())
+    vim.lsp.enable(client_of.NAME)
+  end
+  local function on_filetype(buf)
+    if cmd_runs() and not native then
+      start_per_buffer(buf)
+    end
+  end
+  api.nvim_create_autocmd("FileType", {
+    group = group,
+    pattern = M.config.filetypes,
+    callback = function(args)
+      on_filetype(args.buf)
+    end,
+  })
+  for _, buf in ipairs(api.nvim_list_bufs()) do
+    if api.nvim_buf_is_loaded(buf) and vim.tbl_contains(M.config.filetypes, vim.bo[buf].filetype) then
+      on_filetype(buf)
+    end
   end
 end
 
@@ -388,23 +442,7 @@ function M.setup(opts)
       attach(buf, client)
     end
   end
-  if vim.lsp.config ~= nil and vim.lsp.enable ~= nil then -- Neovim 0.11+
-    vim.lsp.config(client_of.NAME, server_config())
-    vim.lsp.enable(client_of.NAME)
-  else
-    api.nvim_create_autocmd("FileType", {
-      group = group,
-      pattern = M.config.filetypes,
-      callback = function(args)
-        start_per_buffer(args.buf)
-      end,
-    })
-    for _, buf in ipairs(api.nvim_list_bufs()) do
-      if api.nvim_buf_is_loaded(buf) and vim.tbl_contains(M.config.filetypes, vim.bo[buf].filetype) then
-        start_per_buffer(buf)
-      end
-    end
-  end
+  start()
 end
 
 return M

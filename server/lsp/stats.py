@@ -48,7 +48,7 @@ class Counters:
     edits_shown: int = 0  # textDocument/didShowInlineEdit
     edits_accepted: int = 0  # the accept-edit command
     edits_moved_past: int = 0  # next edits given to the client that its next change left untouched
-    edits_withheld: int = 0  # proposals not given again: moved past twice for the same edit event
+    edits_withheld: int = 0  # proposals not given again: moved past twice in one edit event (with their whole set)
     edits_reversals: int = 0  # proposals withheld because they would undo one of the user's recent edits
     remote_fallbacks: int = 0  # completions the remote engine failed, answered from drafts (or nothing)
     remote_outages: int = 0  # times the remote engine went away (each told to the client once)

@@ -54,17 +54,8 @@ def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: to
         start = batch.C + t
         hidden = model(x[:, t:t + 1], batch.act_pos[:, t:t + 1], kv, start=start,
                        key_valid=None if all_valid else valid[:, :start + 1])
-        logits = model.logits(hidden[:, 0])
-        if vocab_limit is not None and vocab_limit < logits.shape[-1]:
-            logits[:, vocab_limit:] = float("-inf")
-        logits[:, banned] = float("-inf")
-        if t == 0:
-            for b in range(B):
-                allowed = first_allowed.get(owners[b])
-                if allowed is not None:
-                    keep = logits[b, allowed].clone()
-                    logits[b] = float("-inf")
-                    logits[b, allowed] = keep
+        logits = _restrict(model.logits(hidden[:, 0]), vocab_limit, banned,
+                           first_allowed if t == 0 else None, owners)
         model_logp = torch.log_softmax(logits.float(), dim=-1) if caches else None
         for b, cache in ((b, (caches or {}).get(owners[b])) for b in range(B)):
             if cache is not None and not done[b]:
@@ -89,3 +80,20 @@ def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: to
             break
     gen_ms = (time.perf_counter() - t1) * 1000
     return Denoised(batch, x, conf, logp, steps, steps, encode_ms, gen_ms, reused, B)
+
+
+def _restrict(logits: torch.Tensor, vocab_limit: int | None, banned: list[int],
+              first_allowed: dict[int, torch.Tensor] | None, owners: list[int]) -> torch.Tensor:
+    """`logits` (B, V) with the tokens a step may not write ruled out, in place: ids past the
+    tokenizer's vocabulary, the banned ids, and on the first token (`first_allowed` given) all
+    but the ids a row's owner allows there."""
+    if vocab_limit is not None and vocab_limit < logits.shape[-1]:
+        logits[:, vocab_limit:] = float("-inf")
+    logits[:, banned] = float("-inf")
+    for b in range(logits.shape[0]) if first_allowed else ():
+        allowed = first_allowed.get(owners[b])
+        if allowed is not None:
+            keep = logits[b, allowed].clone()
+            logits[b] = float("-inf")
+            logits[b, allowed] = keep
+    return logits

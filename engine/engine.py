@@ -4,14 +4,14 @@
 suffix)` returns a Completion with text, per-token confidence and stats. Requests can be
 batched (`infill_batch`), seeded with drafts (copy candidates taken from the code), cancelled
 between steps (CancelFlag), and streamed (`on_preview` gets the whole current text after
-every step). `engine.info()` says what the engine is and can do. Knows nothing of LSP, files
-or editors.
+every step). `engine.info()` says what the engine is and can do. The request and run types
+live in request.py (importable from here too). Knows nothing of LSP, files or editors.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Generator
 
@@ -28,74 +28,12 @@ from .errors import Cancelled, CheckpointError
 from .layout import Row, build_row, fit, seed_row
 from .model import DiffusionLM
 from .ragged import Forward, run_together
+from .request import EngineInfo, InfillRequest, _Prepared, _Run
 from .result import Completion, Preview, Stats
 from .sampler import Denoised, Denoiser, drain
 from .step import StepGraphs
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
-
-@dataclass(frozen=True)
-class InfillRequest:
-    prefix: str
-    suffix: str = ""
-    extra: str = ""  # extra context (definitions, recent edits), placed where the layout says
-    # Texts that may follow the cursor (e.g. a continuation of matching code elsewhere): each
-    # seeds one more candidate row, revised by the model instead of written from masks.
-    drafts: tuple[str, ...] = ()
-    # The cache model's text lookup (cachemodel.py): continuations of code matching the text
-    # before the cursor plus what the span has so far, mixed into every masked position.
-    lookup: Lookup | None = field(default=None, compare=False)
-    # This request's own stop rule and document key, for batches that mix requests of several
-    # callers (the batch's `stop` and `cache_key` apply to requests without their own).
-    stop: Callable[[str], bool] | None = field(default=None, compare=False)
-    cache_key: str | None = None
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """What an engine is and can do."""
-
-    name: str
-    parameters: int
-    dtype: str  # of the weights, e.g. "bfloat16"
-    device: str  # e.g. "cpu", "cuda:0"
-    scores_edits: bool  # `Engine.score` can compare alternatives for one place (not a causal model)
-
-
-@dataclass
-class _Prepared:
-    prefix: list[int]
-    suffix: list[int]
-    extra: list[int]
-    healed: str
-    allowed: torch.Tensor | None
-
-
-@dataclass
-class _Run:
-    """One batch's settings and callbacks, for decoding or denoising it."""
-
-    scfg: SamplerConfig
-    owners: list[int]  # request index of each row
-    prepared: list[_Prepared]
-    reuse: ContextCache | None  # a single request's document cache
-    cancel: object | None
-    stops: list[Callable[[str], bool] | None]  # per request
-    on_preview: Callable[[Preview], None] | None
-    caches: dict[int, CacheModel] = field(default_factory=dict)  # request -> its cache model
-    reuses: dict[int, ContextCache] = field(default_factory=dict)  # request -> its document cache (several requests)
-
-    def stop_rule(self) -> Callable[[int, str], bool] | None:
-        """(request, text) -> whether that request's unit is complete; None when none has a rule."""
-        if not any(self.stops):
-            return None
-        stops = self.stops
-        return lambda req, text: stops[req] is not None and stops[req](text)
-
-    @property
-    def first_allowed(self) -> dict[int, torch.Tensor]:
-        """request -> ids its span may start with (token healing)."""
-        return {i: p.allowed for i, p in enumerate(self.prepared) if p.allowed is not None}
 
 
 class Engine:

@@ -81,6 +81,37 @@ def crossed_fronts() -> list[str]:
     return bad
 
 
+def import_cycles() -> list[list[str]]:
+    """Groups of modules of the three layers that import each other, directly or around a
+    loop (imports under `if TYPE_CHECKING:` count: they tie the modules all the same). A
+    package's own `__init__` is left out: its modules import it by construction."""
+    graph: dict[str, set[str]] = {}
+    for layer in RANK:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            graph[".".join(path.relative_to(ROOT).with_suffix("").parts)] = set(imported_modules(path))
+    for module in graph:
+        graph[module] = {m for m in graph[module] if m in graph and m != module}
+    cycles, seen = [], set()
+    for module in sorted(graph):
+        if module in seen:
+            continue
+        loop = {m for m in _reachable(graph, module) if module in _reachable(graph, m)}
+        seen |= loop
+        if loop:
+            cycles.append(sorted(loop | {module}))
+    return cycles
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    found, todo = set(), list(graph[start])
+    while todo:
+        m = todo.pop()
+        if m not in found:
+            found.add(m)
+            todo.extend(graph[m])
+    return found
+
+
 def test_no_import_points_up_the_layers():
     assert back_edges() == []
 
@@ -131,3 +162,22 @@ def test_engine_and_kernels_import_without_server_dependencies():
             "sys.meta_path.insert(0, Block())\n"
             "import redraft.engine, redraft.kernels\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_no_two_modules_import_each_other():
+    """nextedit.py finds an edit's intents and sites.py follows them: both read `Intent` from
+    intents.py rather than from each other."""
+    assert import_cycles() == []
+
+
+def test_the_scan_sees_an_import_cycle():
+    probes = {ROOT / "server" / "core" / "_probe_a.py": "from . import _probe_b\n",
+              ROOT / "server" / "core" / "_probe_b.py": "from typing import TYPE_CHECKING\n"
+                                                          "if TYPE_CHECKING:\n    from ._probe_a import x\n"}
+    for path, text in probes.items():
+        path.write_text(text)
+    try:
+        assert import_cycles() == [["server.core._probe_a", "server.core._probe_b"]]
+    finally:
+        for path in probes:
+            path.unlink()

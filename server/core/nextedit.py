@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from .document import Document, body
 from .history import EditEvent
+from .intents import Intent
 from .sites import (DOTTED, IDENT, LITERAL, MAX_CHANGE_ROWS, MAX_RENAME_ROWS, call_sites, change_sites, context_type,
                     def_name, identifier_sites, requote_sites, requoted, same_shape_sites)
 from .sites import tokens as _tokens
@@ -50,24 +51,6 @@ MAX_INTENT_CHARS = 8 << 10
 MAX_INTENT_TOKENS = 256
 # An event changing more token runs than this is a rewrite: nothing follows from it.
 MAX_INTENT_OPS = 4
-
-@dataclass(frozen=True)
-class Intent:
-    kind: str  # "replace" (a token run replaced, removed or inserted) | "append_param"
-    old: str  # replaced text ("" for an insertion)
-    new: str  # its replacement ("" for a deletion)
-    row: int  # row of the edit in the current text
-    col: int  # its column
-    first_row: int  # rows the event touched, current text
-    last_row: int
-    name: str = ""  # append_param: the function's name
-    after_dot: bool = False  # the replaced identifier was an attribute (x.old)
-    left: str = ""  # the tokens on either side of the change on its row ("" at the line's ends)
-    right: str = ""
-    gap: str = ""  # the text between them now (the change with the user's spacing)
-    context: str = ""  # the kind of syntax node that held the change and its neighbours before it
-    ops: int = 1  # token runs the event changed (this intent is one of them)
-    right_space: str = ""  # the spacing after the right neighbour now (`x: int = None`: " ")
 
 
 @dataclass(frozen=True)

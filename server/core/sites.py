@@ -1,6 +1,6 @@
 """Where an edit recurs: the places in a document that the user's change implies.
 
-Each finder takes the change (`nextedit.Intent`) and the document as it is now, and yields
+Each finder takes the change (`intents.Intent`) and the document as it is now, and yields
 (row, start, end, text) replacements in characters, nearest the edit first where the search
 is bounded by a count:
   * identifier_sites: the other uses of a renamed name, in the scope that binds it;
@@ -21,13 +21,10 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from .document import Document, body
+from .intents import Intent
 from .languages import new_parser, walk_rows
-
-if TYPE_CHECKING:
-    from .nextedit import Intent
 
 TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d[\w.]*|\"[^\"\n]*\"|'[^'\n]*'|\S")
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

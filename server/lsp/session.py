@@ -41,6 +41,7 @@ from ..core.history import EditHistory
 from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Inference, answer_from_drafts, can_judge_edits,
                               judge_edits)
 from ..core.languages import syntax_for
+from ..core.offers import Offers
 from ..core.postprocess import Edit
 from ..core.refill import refill_edits, refill_row
 from ..core.remote import RemoteEngine
@@ -82,6 +83,7 @@ class DocState:
     expect: tuple[int, str, str] | None = None  # after an accept: (row, left, right) the buffer will show
     event_before: nextedit.Before | None = None  # the text around the newest edit event as it began
     edits: tuple[int, list] | None = None  # (version, next-edit proposals) computed for that version
+    offers: Offers = field(default_factory=Offers)  # next edits given to the client, and moved past
     edit_timer: asyncio.TimerHandle | None = None  # the debounced next-edit computation
     prefetch: tuple[int, int, int, asyncio.Future] | None = None  # (version, row, col, job) computed ahead
     file_budget: int = 0  # characters the draft index may still file now, for the message being applied
@@ -197,9 +199,11 @@ class Session:
         now = self.clock()
         before = nextedit.Before.around(st.doc.lines, *_rows_touched(changes, len(st.doc.lines)))
         st.file_budget = draft_index.FILE_NOW_CHARS
+        new_event = False
         for change in st.doc.apply(changes, version, on_change=st.on_change):
             if st.history.record(change, now):
-                st.event_before = before
+                st.event_before, new_event = before, True
+        self.stats.edits_moved_past += st.offers.after_change(st.doc.lines, st.doc.version, new_event)
         self._reindex(uri, st)
         # Edits judged for the text before this change are stale: free the engine for the
         # completion that follows (a judged set reads up to 8 places, ~100 ms each on a CPU).
@@ -382,8 +386,16 @@ class Session:
     # -- next edits ----------------------------------------------------------------------
 
     async def next_edits(self, uri: str, version: int | None = None) -> tuple[int, list]:
-        """(version, proposals) for the document as it is: the edits its newest edit event
-        implies elsewhere, judged by the model. Nothing for a stale version or no event."""
+        """(version, proposals) given to the client: the edits the newest edit event implies,
+        judged, less those withheld (offers.py). Nothing for a stale version or no event."""
+        at, found = await self._edits(uri, version)
+        st = self.docs.get(uri)
+        if st is not None and st.doc.version == at:
+            st.offers.offer(at, found)  # the next change tells whether the user took them
+        return at, found
+
+    async def _edits(self, uri: str, version: int | None = None) -> tuple[int, list]:
+        """The proposals for the document as it is (computed once per version)."""
         st = self.docs.get(uri)
         if st is None or (version is not None and version != st.doc.version):
             return (version or 0), []
@@ -394,12 +406,13 @@ class Session:
             return doc.version, []
         at = doc.version
         found = nextedit.candidates(st.event_before, doc, events[-1], events[-2] if len(events) > 1 else None)
+        ruled, found = bool(found), self._withhold(st, found, events)  # never judged when withheld
         job = None
         reach = max(EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS) + 1  # lines of >= 1 character: all the judge reads
         if found and can_judge_edits(self.inference.engine):
             rows = nextedit.Rows(doc.lines, min(p.row for p in found) - reach, max(p.row for p in found) + reach)
             job = partial(judge_edits, self.inference.engine, rows, found, events, self.config.edit_margin)
-        elif not found and self.config.next_edit_refill and can_judge_edits(self.inference.engine) \
+        elif not ruled and self.config.next_edit_refill and can_judge_edits(self.inference.engine) \
                 and (row := refill_row(doc, events[-1])) is not None:
             rows = nextedit.Rows(doc.lines, row - reach, row + reach)
             job = partial(refill_edits, self.inference.engine, rows, row, events, self.config.edit_margin)
@@ -411,9 +424,17 @@ class Session:
         st = self.docs.get(uri)
         if st is None or st.doc.version != at:
             return at, []  # the document moved on meanwhile: never answer for a stale version
+        if job is not None and not ruled:  # the model's own rewrite: checked as the rules' were
+            found = self._withhold(st, found, events)
         st.edits = (at, found)
         self.stats.edits_proposed += len(found)
         return at, found
+
+    def _withhold(self, st: DocState, found: list, events: list) -> list:
+        kept, withheld, reversals = st.offers.withhold(found, events)
+        self.stats.edits_withheld += withheld
+        self.stats.edits_reversals += reversals
+        return kept
 
     def _debounce_edits(self, uri: str, st: DocState) -> None:
         """Compute next edits once the typing pauses (EDIT_DEBOUNCE s), ready for the request."""
@@ -430,7 +451,7 @@ class Session:
 
     async def _quiet_edits(self, uri: str) -> None:
         try:
-            await self.next_edits(uri)
+            await self._edits(uri)
         except Exception:  # background work: log and count it, never break the session
             log.exception("next edits for %s", uri)
             self.stats.count_error("redraft/nextEditsAhead")

@@ -47,6 +47,9 @@ class Counters:
     edits_dropped: int = 0  # next-edit judgements stopped part-way: the document changed (or a newer ask)
     edits_shown: int = 0  # textDocument/didShowInlineEdit
     edits_accepted: int = 0  # the accept-edit command
+    edits_moved_past: int = 0  # next edits given to the client that its next change left untouched
+    edits_withheld: int = 0  # proposals not given again: moved past twice in one edit event (with their whole set)
+    edits_reversals: int = 0  # proposals withheld because they would undo one of the user's recent edits
     remote_fallbacks: int = 0  # completions the remote engine failed, answered from drafts (or nothing)
     remote_outages: int = 0  # times the remote engine went away (each told to the client once)
     latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
@@ -67,6 +70,8 @@ class Counters:
     def as_dict(self) -> dict:
         d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()
              if k not in ("latencies", "engine_latencies")}
+        found = self.edits_proposed + self.edits_reversals  # the reversal ratio: of what the rules found
+        d["edits_reversal_ratio"] = round(self.edits_reversals / found, 4) if found else 0.0
         for name, values in (("latency_ms", self.latencies), ("engine_latency_ms", self.engine_latencies)):
             lat = list(values)
             d[name] = {"p50": round(percentile(lat, 0.5), 3), "p95": round(percentile(lat, 0.95), 3),

@@ -162,3 +162,90 @@ async def test_a_change_stops_the_judging_of_edits_for_the_text_before_it(client
     assert (await stats(client))["edits_dropped"] == before + 1
     document = await client.protocol.send_request_async("redraft/document", {"uri": uri})
     assert document.version == 3 and document.text.startswith("class Part0:\n    total_size = 0\n")
+
+
+def placed(edits: list) -> list[tuple[int, int, int, str]]:
+    return sorted((e.range.start.line, e.range.start.character, e.range.end.character, e.text) for e in edits)
+
+
+async def test_an_edit_moved_past_twice_is_not_proposed_again_for_that_change(client: LanguageClient):
+    """A use of `radius` renamed to `r` proposes the signature and the other use. The user
+    moves on without taking them (spaces typed after the edit: the same edit event, the same
+    proposals) once, twice: then they are withheld. A later change event (the other use
+    renamed by hand, after a pause) proposes the signature again."""
+    import asyncio
+
+    uri = "file:///work/moved-past.py"
+    open_doc(client, uri, SHAPES)
+    lines = SHAPES.splitlines()
+    col = lines[4].index("radius")
+    edit(client, uri, 2, 4, col, "r", end=(4, col + len("radius")))
+    before = await stats(client)
+    offered = placed(await inline_edits(client, uri, 2, 4, col + 1))
+    signature = (3, lines[3].index("radius"), lines[3].index("radius") + len("radius"), "r")
+    assert offered == [signature, (5, lines[5].index("radius"), lines[5].index("radius") + len("radius"), "r")]
+    end = len(lines[4]) - len("radius") + 1  # row 4 as it reads now
+    edit(client, uri, 3, 4, end, " ")  # moved past once
+    assert placed(await inline_edits(client, uri, 3, 4, end + 1)) == offered
+    edit(client, uri, 4, 4, end + 1, " ")  # and twice
+    assert await inline_edits(client, uri, 4, 4, end + 2) == []
+    actions = await client.text_document_code_action_async(T.CodeActionParams(
+        T.TextDocumentIdentifier(uri), T.Range(T.Position(4, 0), T.Position(4, 0)), T.CodeActionContext([])))
+    assert not actions
+    after = await stats(client)
+    assert after["edits_moved_past"] == before["edits_moved_past"] + 4  # two edits, twice
+    assert after["edits_withheld"] == before["edits_withheld"] + 2
+    await asyncio.sleep(1.2)  # past the history's merge window: a new change event
+    col5 = lines[5].index("radius")
+    edit(client, uri, 5, 5, col5, "r", end=(5, col5 + len("radius")))
+    assert placed(await inline_edits(client, uri, 5, 5, col5 + 1)) == [signature]
+    document = await client.protocol.send_request_async("redraft/document", {"uri": uri})
+    assert document.version == 5 and document.text.splitlines()[4] == "    base = math.pi * r ** 2  "
+
+
+async def test_edits_the_user_takes_are_not_counted_as_moved_past(client: LanguageClient):
+    """The proposals applied by the client (one change taking both, as the code action
+    does), shown and accepted: counted as such, none as moved past."""
+    uri = "file:///work/taken.py"
+    rename_at_definition(client, uri)
+    offered = await inline_edits(client, uri, 2, 3, 24)
+    assert len(offered) == 2
+    before = await stats(client)
+    client.protocol.notify("textDocument/didShowInlineEdit", {"item": {"command": {"arguments": [uri]}}})
+    await client.workspace_execute_command_async(T.ExecuteCommandParams("redraft.acceptEdit", [uri]))
+    client.text_document_did_change(T.DidChangeTextDocumentParams(
+        T.VersionedTextDocumentIdentifier(uri=uri, version=3),
+        [T.TextDocumentContentChangePartial(range=e.range, text=e.text) for e in sorted(
+            offered, key=lambda e: -e.range.start.line)]))
+    after = await stats(client)
+    assert after["edits_accepted"] == before["edits_accepted"] + 1
+    assert after["edits_shown"] == before["edits_shown"] + 1
+    assert after["edits_moved_past"] == before["edits_moved_past"]
+    document = await client.protocol.send_request_async("redraft/document", {"uri": uri})
+    assert "radius" not in document.text and document.version == 3
+
+
+LIMITS = 'config = {}\nconfig["width"] = 1\nconfig["height"] = 2\nconfig["depth"] = 1\n'
+
+
+async def test_a_proposal_undoing_the_users_last_edit_is_withheld_and_counted(client: LanguageClient):
+    """The height set to 1, then (a new event) the width to 2: the literal rule finds both
+    lines holding 1, but setting the height back to 2 would undo what the user just did. It
+    is withheld and counted (`edits_reversals`, `edits_reversal_ratio`); the depth is not."""
+    import asyncio
+
+    uri = "file:///work/limits.py"
+    open_doc(client, uri, LIMITS)
+    at = LIMITS.splitlines()[2].index("2")
+    edit(client, uri, 2, 2, at, "1", end=(2, at + 1))
+    await asyncio.sleep(1.2)  # past the history's merge window: events of their own
+    before = await stats(client)
+    at = LIMITS.splitlines()[1].index("1")
+    edit(client, uri, 3, 1, at, "2", end=(1, at + 1))
+    edits = await inline_edits(client, uri, 3, 1, at + 1)
+    assert all(e.range.start.line == 3 and e.text == "2" for e in edits)
+    after = await stats(client)
+    assert after["edits_reversals"] == before["edits_reversals"] + 1
+    assert after["edits_proposed"] == before["edits_proposed"] + len(edits)
+    assert 0 < after["edits_reversal_ratio"] == round(
+        after["edits_reversals"] / (after["edits_reversals"] + after["edits_proposed"]), 4)

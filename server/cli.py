@@ -21,6 +21,7 @@ from . import doctor
 from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, names_arg, print_json
 from .cli_eval import eval_parser
 from .cluster import command as cluster_command
+from .core.repetition import loop_start
 from .http import DEFAULT_PORT
 
 def main(argv: list[str] | None = None) -> int:
@@ -416,6 +417,8 @@ def _why_nothing(snap, answer) -> str:
         return f"the server does not complete at this position ({snap.reason})"
     if answer.abstained:
         return "the model found no candidate likely enough to show"
+    if answer.ran_model and loop_start(answer.raw) is not None:
+        return "what the model wrote ends in a loop (the same few tokens over and over)"
     if answer.ran_model:
         return "what the model wrote was dropped (it repeats the text after the cursor, or adds a parse error)"
     return "no draft (no earlier match of the text before the cursor) and no model"

@@ -80,7 +80,8 @@ ROUTES = [("/api/generate", ollama.generate, OLLAMA, "POST"), ("/api/tags", olla
 def build_app(inference: Inference, config: ServerConfig, token: str | None = None,
               max_body: int = MAX_BODY, body_timeout: float = BODY_TIMEOUT_S) -> Starlette:
     """The ASGI app. With a `token`, every request must carry `Authorization: Bearer TOKEN`.
-    Its counters are `app.state.stats` (an HttpCounters), also served at /v1/redraft/stats."""
+    Its counters are `app.state.stats` (an HttpCounters), also served at /v1/redraft/stats;
+    the models it answers with, `app.state.models` (a Models)."""
     api = Api(inference, config, token, max_body, body_timeout)
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -95,7 +96,7 @@ def build_app(inference: Inference, config: ServerConfig, token: str | None = No
                                   methods=[method]) for path, handler, family, method in ROUTES]
                     + engine_routes(lambda: inference.engine, token, executor=inference.executor),
                     exception_handlers={404: not_found, 405: not_found})
-    app.state.stats = api.stats
+    app.state.stats, app.state.models = api.stats, api.models
     return app
 
 

@@ -45,6 +45,10 @@ class Models:
             return [self.main()]
         return list(dict.fromkeys([self.main(), *(n for n in SHIPPED if _shipped_folder(n) is not None)]))
 
+    def kept(self) -> list[str]:
+        """The shipped models loaded beside the Inference's, the most recently asked for last."""
+        return list(self._others)
+
     def pick(self, body: dict) -> str:
         """The model a request asks for (the loaded one when it names none); 404 for one not
         served here, 503 at once (rather than inside a stream) when the loaded one failed."""

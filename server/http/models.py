@@ -4,8 +4,8 @@ a request names a model and gets that model, or 404 naming the ones there are.
 The loaded model (the Inference's, shared with LSP) comes first; the shipped models follow,
 each loaded on first request (on the inference executor, a second or so) and kept, at most
 `keep` of them beside the loaded one, the least recently asked for dropped first (each is
-~40 MB). Behind a remote engine (`--engine-url`) only its model is served: this process
-loads none. /api/tags and /v1/models list exactly `names()`.
+~40 MB). Behind a remote engine (`--engine-url`) or the cluster's batcher only that engine's
+model is served: this process loads none. /api/tags and /v1/models list exactly `names()`.
 
 It knows nothing of routes beyond ApiError (404, 503).
 """
@@ -41,9 +41,20 @@ class Models:
 
     def names(self) -> list[str]:
         """Every name a request may ask for, the loaded model first."""
-        if isinstance(self.inference.engine, RemoteEngine) or self.config.engine_url:
+        if not self._local():
             return [self.main()]
         return list(dict.fromkeys([self.main(), *(n for n in SHIPPED if _shipped_folder(n) is not None)]))
+
+    def _local(self) -> bool:
+        """The models run in this process: not behind a remote engine, nor the cluster's batcher
+        (each replica serves its one model)."""
+        engine = self.inference.engine
+        if self.config.engine_url or isinstance(engine, RemoteEngine):
+            return False
+        if engine is None:  # a local model loading
+            return True
+        from redraft.engine import Engine  # (imported already: a model is loaded)
+        return isinstance(engine, Engine)
 
     def kept(self) -> list[str]:
         """The shipped models loaded beside the Inference's, the most recently asked for last."""

@@ -71,3 +71,18 @@ def test_a_model_not_served_is_a_404_naming_the_models(served):
     r = httpx.post(f"{url}/api/generate", json={"model": "codellama:7b", "prompt": "x = ", "stream": False})
     assert r.status_code == 404 and r.json()["available"] == ["redraft", *SHIPPED]
     assert r.json()["error"].startswith("model 'codellama:7b' not found; available: redraft")
+
+
+def test_behind_a_remote_engine_only_its_model_is_served(served):
+    from redraft.server.core.inference import Inference
+    url, _, _ = served
+    client = Inference()
+    assert client.load(None, "cpu", "auto", url=url).result() is None
+    front = Running(build_app(client, ServerConfig(engine_url=url)))
+    try:
+        assert [m["id"] for m in httpx.get(f"{front.url}/v1/models").json()["data"]] == ["redraft"]
+        r = httpx.post(f"{front.url}/v1/completions", json={"model": "redraft-ar", "prompt": "x = "})
+        assert r.status_code == 404 and r.json()["error"]["available"] == ["redraft"]
+    finally:
+        front.stop()
+        client.shutdown()

@@ -23,11 +23,13 @@ from . import prompt
 
 _HOMES = {
     "checkpoint": ("DEFAULT_MODEL", "SHIPPED", "pull", "resolve"),
+    "dtypes": ("check_device",),
     "cachemodel": ("CacheModel",),
     "lookup": ("Continuation", "Lookup"),
     "config": ("CacheConfig", "EngineConfig", "ModelConfig", "SamplerConfig"),
     "engine": ("Engine", "EngineInfo", "InfillRequest"),
-    "errors": ("Cancelled", "CheckpointError", "CorruptFileError", "EngineError", "InsufficientMemoryError",
+    "errors": ("Cancelled", "CheckpointError", "CorruptFileError", "DeviceUnavailableError", "EngineError",
+               "InsufficientMemoryError",
                "InvalidConfigError", "MissingFileError", "ModelNotFoundError", "NoMaskTokenError",
                "NonFiniteWeightError", "ShapeMismatchError", "UnknownModelTypeError"),
     "result": ("CancelFlag", "Completion", "Preview", "Stats"),

@@ -31,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 from torch.overrides import TorchFunctionMode
 
 from .config import NATURAL_LAYOUT, ModelConfig, SamplerConfig
+from .dtypes import check_device
 from .errors import (CheckpointError, CorruptFileError, InsufficientMemoryError, InvalidConfigError,
                      MissingFileError, ModelNotFoundError, NoMaskTokenError, NonFiniteWeightError,
                      ShapeMismatchError, UnknownModelTypeError)
@@ -371,6 +372,7 @@ def available_bytes(device: torch.device) -> int | None:
 
 
 def load_model(folder: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
+    check_device(device)
     files = weight_files(folder)
     need, have = checkpoint_bytes(files, dtype), available_bytes(device)
     if have is not None and need > 0.9 * have:

@@ -1,6 +1,7 @@
-"""Which dtype a device runs the model in when asked for "auto" (measured once per process).
+"""Whether a device can run the model at all, and which dtype it runs in when asked for
+"auto" (measured once per process).
 
-Knows nothing of models or requests: a few small matrix products decide.
+Knows nothing of models or requests: torch's build and a few small matrix products decide.
 """
 
 from __future__ import annotations
@@ -13,6 +14,31 @@ from typing import Callable
 import torch
 
 from . import int8
+from .errors import DeviceUnavailableError
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """The device, or DeviceUnavailableError saying why this torch cannot run on it: checked
+    before anything touches it, since torch's own failure there (a CPU build asked for CUDA)
+    is an AssertionError from deep inside its lazy CUDA set-up."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise DeviceUnavailableError(f"unknown device {str(device)!r} (cpu, cuda, cuda:N or mps)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            build = torch.version.cuda or getattr(torch.version, "hip", None)
+            why = (f"this torch ({torch.__version__}) is a CPU build" if not build
+                   else f"torch ({torch.__version__}) sees no GPU")
+            raise DeviceUnavailableError(f"device {str(device)!r} is not available: {why}; use the CPU (device cpu)"
+                                         + ("" if build else " or install a CUDA build of torch"))
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise DeviceUnavailableError(f"device {str(device)!r} is not available: this machine has {count} "
+                                         f"GPU{'s' if count != 1 else ''} (cuda:0..cuda:{count - 1})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise DeviceUnavailableError(f"device {str(device)!r} is not available (no Apple GPU here); use the CPU")
+    return dev
 
 
 @functools.cache

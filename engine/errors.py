@@ -48,6 +48,11 @@ class NoMaskTokenError(CheckpointError):
     """A diffusion checkpoint without a mask token in config, tokenizer or family defaults."""
 
 
+class DeviceUnavailableError(EngineError):
+    """The device asked for is not one this torch can run on (a CPU build asked for CUDA, an
+    index past the GPUs there are, a name torch does not know)."""
+
+
 class InsufficientMemoryError(EngineError):
     """The weights would not fit in the memory of the chosen device."""
 

@@ -21,6 +21,7 @@ from . import doctor
 from .cli_common import EXIT_USAGE, UserError, cache_arg, load_engine, model_args, names_arg, print_json
 from .cli_eval import eval_parser
 from .cluster import command as cluster_command
+from .core.repetition import loop_start
 from .http import DEFAULT_PORT
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +56,7 @@ def _exit_now(code: int) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="redraft", description="Local edit prediction with a diffusion code model.")
+    p.add_argument("--version", action="version", version=f"redraft {_version()}")
     sub = p.add_subparsers(metavar="COMMAND")
 
     sv = sub.add_parser("serve", help="run the language server (stdio, or --tcp PORT on 127.0.0.1), "
@@ -83,11 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _complete_parser(sub)
     eval_parser(sub)
 
-    tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (see README)",
-                        add_help=False)
-    tr.add_argument("step", choices=["corpus", "tokenizer", "model", "ship"], metavar="{corpus,tokenizer,model,ship}")
-    tr.add_argument("rest", nargs=argparse.REMAINDER)
-    tr.set_defaults(run=_train)
+    _train_parser(sub)
 
     pl = sub.add_parser("pull", help="download a checkpoint from the Hugging Face Hub (safetensors only)")
     pl.add_argument("repo_id", metavar="HF_ID")
@@ -103,6 +101,34 @@ def _parser() -> argparse.ArgumentParser:
     cluster_command.arguments(cl)
     cl.set_defaults(run=cluster_command.run)
     return p
+
+
+TRAIN_STEPS = {  # step: (module in engine/training, what it does)
+    "corpus": ("corpus", "collect the source files of permissive packages, split by package"),
+    "tokenizer": ("tokenizer", "train the byte-level BPE tokenizer on the corpus' training split"),
+    "model": ("train", "train the autoregressive twin, then the diffusion model"),
+    "ship": ("ship", "copy a training checkpoint into the package as a shipped model"),
+}
+
+
+def _train_parser(sub) -> None:
+    steps = "\n".join(f"  {name:<10} {what}" for name, (_, what) in TRAIN_STEPS.items())
+    tr = sub.add_parser("train", help="build the corpus, the tokenizer, or train a model (docs/models-and-training.md)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description=f"Train redraft's default model on this machine, in steps:\n{steps}\n\n"
+                                    f"Each step has its own options: redraft train STEP --help")
+    # (every argument after STEP, --help included, is the step's: the training modules parse them)
+    tr.add_argument("step", nargs="?", choices=list(TRAIN_STEPS), metavar="STEP", help=", ".join(TRAIN_STEPS))
+    tr.add_argument("rest", nargs=argparse.REMAINDER, metavar="ARGS", help="the step's own arguments")
+    tr.set_defaults(run=_train, train_help=tr.print_help)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("redraft")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _complete_parser(sub) -> None:
@@ -156,7 +182,8 @@ def _serve(args) -> int:
     if args.http is None and (args.host is not None or (args.token is not None and args.engine_url is None)):
         raise UserError("--host and --token apply to the HTTP API: add --http [PORT]")
     host = _http_host(args) if args.http is not None else None
-    config, problems = parse({"model": args.model, "device": args.device, "dtype": args.dtype,
+    device = _serve_device(args.device) if args.engine_url is None else args.device
+    config, problems = parse({"model": args.model, "device": device, "dtype": args.dtype,
                               "engineUrl": args.engine_url}, ServerConfig())
     if problems:
         raise UserError("; ".join(problems))
@@ -167,9 +194,27 @@ def _serve(args) -> int:
         if args.tcp is not None:
             server.start_tcp("127.0.0.1", args.tcp)
         else:
+            if sys.stdin.isatty():  # a person at a terminal, not an editor: say what it waits for
+                print("redraft: waiting for an LSP client on stdin/stdout (editors start this command; "
+                      "Ctrl-C stops). For the HTTP API: redraft serve --http [PORT]", file=sys.stderr, flush=True)
             server.start_io()
         return 0
     return _serve_http(args, config, host, inference)
+
+
+def _serve_device(device: str) -> str:
+    """The device `serve` loads the model on: the one asked for, or the CPU (with one message)
+    where this torch cannot run on it, as a server that answers slower beats one that answers
+    nothing. This imports torch before serving: only for a device other than the CPU."""
+    if device == "cpu":
+        return device
+    from redraft.engine import EngineError, check_device
+    try:
+        check_device(device)
+    except EngineError as e:
+        print(f"redraft: {e}; serving on the CPU instead", file=sys.stderr, flush=True)
+        return "cpu"
+    return device
 
 
 def _inference(args):
@@ -372,6 +417,8 @@ def _why_nothing(snap, answer) -> str:
         return f"the server does not complete at this position ({snap.reason})"
     if answer.abstained:
         return "the model found no candidate likely enough to show"
+    if answer.ran_model and loop_start(answer.raw) is not None:
+        return "what the model wrote ends in a loop (the same few tokens over and over)"
     if answer.ran_model:
         return "what the model wrote was dropped (it repeats the text after the cursor, or adds a parse error)"
     return "no draft (no earlier match of the text before the cursor) and no model"
@@ -380,7 +427,10 @@ def _why_nothing(snap, answer) -> str:
 def _train(args) -> int:
     """Delegates to the training modules, which own their arguments (`redraft train model --help`)."""
     from importlib import import_module
-    module = {"corpus": "corpus", "tokenizer": "tokenizer", "model": "train", "ship": "ship"}[args.step]
+    if args.step is None:
+        args.train_help(sys.stderr)
+        return EXIT_USAGE
+    module = TRAIN_STEPS[args.step][0]
     return import_module(f"redraft.engine.training.{module}").main(args.rest)
 
 

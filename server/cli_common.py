@@ -29,13 +29,15 @@ def names_arg(p: argparse.ArgumentParser) -> None:
 def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="checkpoint folder, shipped name, or pulled HF id "
                                                  "(default: the shipped redraft-diffusion)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N "
+                                                    "(an NVIDIA GPU, with a CUDA build of torch) or mps")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | int8 (CPU)")
 
 
 def load_engine(args):
-    from redraft.engine import DEFAULT_MODEL, Engine, EngineError
+    from redraft.engine import DEFAULT_MODEL, Engine, EngineError, check_device
     try:
+        check_device(args.device)
         return Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
     except (EngineError, ValueError) as e:
         raise UserError(str(e)) from None

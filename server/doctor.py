@@ -48,12 +48,13 @@ def run(args) -> int:
 def _model(args, say, fail, gpu: bool) -> None:
     from redraft.engine import DEFAULT_MODEL, Engine, EngineError
     from redraft.engine.checkpoint import resolve
-    from redraft.engine.dtypes import auto_dtype
+    from redraft.engine.dtypes import auto_dtype, check_device
     try:
-        dtype = auto_dtype(args.device) if args.dtype == "auto" else args.dtype
-    except RuntimeError as e:  # not a device torch knows
-        fail("device", f"{args.device}: {e}")
+        check_device(args.device)
+    except EngineError as e:  # a CPU build asked for CUDA, a GPU that is not there, a name torch does not know
+        fail("device", str(e))
         return
+    dtype = auto_dtype(args.device) if args.dtype == "auto" else args.dtype
     hint = "; --device cuda would use the GPU" if gpu and args.device == "cpu" else ""
     say("device", f"{args.device}, dtype {dtype}{' (auto)' if args.dtype == 'auto' else ''}{hint}")
     name = args.model or DEFAULT_MODEL

@@ -158,7 +158,7 @@ def read_split(folder: Path, split: str) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="redraft train corpus", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--wheels", type=Path, default=None, help="where wheels are downloaded (default OUT/wheels)")
     args = ap.parse_args(argv)

@@ -57,7 +57,8 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Copy a training checkpoint into the package as a shipped model.")
+    ap = argparse.ArgumentParser(prog="redraft train ship",
+                                 description="Copy a training checkpoint into the package as a shipped model.")
     ap.add_argument("--from", dest="source", type=Path, required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--sampler", default=None, help="JSON sampler defaults stored with the model")

@@ -48,7 +48,8 @@ def save_tokenizer(tok: Tokenizer, folder: Path) -> None:
 def main(argv=None) -> int:
     import argparse
     from .corpus import read_split
-    ap = argparse.ArgumentParser(description="Train redraft's byte-level BPE on a corpus' training split.")
+    ap = argparse.ArgumentParser(prog="redraft train tokenizer",
+                                 description="Train redraft's byte-level BPE on a corpus' training split.")
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vocab", type=int, default=12288)

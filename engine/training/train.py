@@ -440,7 +440,8 @@ def plot(log: list[dict], path: Path, title: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description="Train redraft's autoregressive twin or diffusion model.")
+    ap = argparse.ArgumentParser(prog="redraft train model",
+                                 description="Train redraft's autoregressive twin or diffusion model.")
     ap.add_argument("--objective", choices=["ar", "diffusion"], required=True)
     ap.add_argument("--corpus", required=True, help="folder written by redraft.engine.training.corpus")
     ap.add_argument("--tokenizer", help="folder with tokenizer.json (default: the --init folder's)")

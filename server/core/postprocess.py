@@ -1,7 +1,8 @@
 """Post-processing: from the engine's raw span text to an edit worth showing, or nothing.
 
 In order: cut at the end of the syntactic unit (LINE/ARGS: the first line; BLOCK: the
-indented body, or up to the closing brace, at most `max_lines` lines), keep the editor's
+indented body, or up to the closing brace, at most `max_lines` lines), cut a degenerate
+repetition at the end (repetition.py: the lines before the loop, or nothing), keep the editor's
 indentation, drop text that repeats the suffix (the rest of the line, or the next lines),
 let the completion replace auto-closed brackets and quotes right of the cursor instead
 of duplicating them (`Edit.replace` characters), and reject a completion whose insertion
@@ -45,6 +46,7 @@ import tree_sitter
 
 from .context import Context, Mode, Snapshot
 from .languages import CLOSERS, OPEN_CLOSE, QUOTES, count_errors, new_parser
+from .repetition import cut_loop
 
 
 @dataclass(frozen=True)
@@ -338,7 +340,7 @@ def _python_error(source: str, open_string: bool = False) -> tuple[int, int] | N
 
 
 def finish(snap: Snapshot, ctx: Context, raw: str) -> Edit | None:
-    text = trim_unit(snap, raw)
+    text = cut_loop(trim_unit(snap, raw))
     replace = closers_replaced(text, snap.right)
     text = drop_suffix_repeats(snap, ctx, text, replace)
     if not text.strip():

@@ -1,7 +1,8 @@
-"""The HTTP front (`redraft serve --http`): app.py (Starlette routes, streaming, auth, the one
-error boundary), engine.py (requests to snapshots, through the core's completion pipeline),
-templates.py (FIM prompt families and request parameters), stats.py (the counters behind
-GET /v1/redraft/stats)."""
+"""The HTTP front (`redraft serve --http`): app.py (the Starlette app and its server),
+ollama_routes.py and openai_routes.py (the routes), api.py (streaming, auth, the one error
+boundary), models.py (the models served by name), engine.py (requests to snapshots, through
+the core's completion pipeline), templates.py (FIM prompt families and request parameters),
+stats.py (the counters behind GET /v1/redraft/stats)."""
 
 # Not Ollama's 11434: redraft beside a running Ollama must not clash with it.
 DEFAULT_PORT = 7355

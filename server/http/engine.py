@@ -1,7 +1,7 @@
 """The HTTP API's engine side: a request's prefix and suffix (or Mercury's edit region) as
 a server Snapshot, and the engine call on it, run on the inference executor.
 
-A completion goes the LSP server's way (see http.py): a document with the cursor between
+A completion goes the LSP server's way (see app.py): a document with the cursor between
 prefix and suffix, the mode at the cursor ("nothing" becomes LINE: an HTTP client asks for
 whatever follows the cursor), drafts from the same text, `inference.answer`, then the client's
 stop strings. A next edit masks the region and re-fills it seeded with the region itself.
@@ -96,10 +96,11 @@ def insertion(edit: postprocess.Edit, right: str) -> str:
 
 
 def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: ServerConfig, flag: CancelFlag,
-                 on_preview: Callable[[int, str], None] | None = None) -> list[ApiChoice]:
+                 on_preview: Callable[[int, str], None] | None = None,
+                 engine_of: Callable[[], Any] | None = None) -> list[ApiChoice]:
     """n completions of one request, each through the completion pipeline (choice i samples
-    with seed + i)."""
-    engine = _engine(inference)
+    with seed + i), by the Inference's engine or `engine_of()`'s (a model the request named)."""
+    engine = _engine(inference) if engine_of is None else engine_of()
     if p.max_tokens is not None:
         config = replace(config, line_tokens=min(config.line_tokens, p.max_tokens),
                          block_tokens=min(config.block_tokens, p.max_tokens))
@@ -131,12 +132,14 @@ def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: Se
 
 
 def rewrite(inference: Inference, ep: templates.EditPrompt, p: Params, config: ServerConfig, flag: CancelFlag,
-            on_preview: Callable[[int, str], None] | None = None) -> ApiChoice:
+            on_preview: Callable[[int, str], None] | None = None,
+            engine_of: Callable[[], Any] | None = None) -> ApiChoice:
     """Mercury's next edit: the region masked and re-filled, conditioned on the rest of the
     file and seeded with the region itself; text None ("no edit") when the fill equals the
     region or the model abstains; 503 when a remote engine is away (no draft stands in for a rewrite)."""
     try:
-        return _rewrite(_engine(inference), ep, p, config, flag, on_preview)
+        engine = _engine(inference) if engine_of is None else engine_of()
+        return _rewrite(engine, ep, p, config, flag, on_preview)
     except RemoteUnavailable as e:
         raise ApiError(503, str(e)) from None
 

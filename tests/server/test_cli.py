@@ -3,8 +3,10 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 import tiny
 from redraft.server.cli import UserError, split_at
@@ -197,3 +199,79 @@ def test_complete_finishes_a_partly_typed_name_unless_told_not_to(tmp_path):
     assert got["text"] == "tFoundError" and got["source"] == "name"
     off = json.loads(redraft("complete", f"{f}:7:18", "--drafts", "only", "--names", "off", "--json").stdout)
     assert off["text"] == "" and off["source"] != "name"
+
+
+# -- the command line, through the installed `redraft` entry point -----------------------
+
+REDRAFT = str(Path(sys.executable).with_name("redraft"))  # the console script beside this Python
+CUDA_MISSING = pytest.mark.skipif(torch.cuda.is_available(), reason="this torch runs on CUDA here")
+README_EXAMPLE = ("import logging\n\nlog = logging.getLogger(__name__)\n\n\nclass Store:\n    def __init__(self):\n"
+                  "        self.log = logging.")
+
+
+def entry(*args, **kwargs):
+    return subprocess.run([REDRAFT, *args], capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def test_version_is_the_packages():
+    from importlib.metadata import version
+    out = entry("--version")
+    assert out.returncode == 0 and out.stdout == f"redraft {version('redraft')}\n" and version("redraft")
+
+
+def test_train_help_lists_the_steps_and_each_step_says_its_own_name():
+    out = entry("train", "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: redraft train ")
+    steps = [ln.split()[0] for ln in out.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("   ")]
+    assert steps[:4] == ["corpus", "tokenizer", "model", "ship"]
+    for step in ("corpus", "tokenizer", "model", "ship"):
+        out = entry("train", step, "--help")
+        assert out.returncode == 0 and out.stdout.startswith(f"usage: redraft train {step} "), (step, out.stdout)
+    out = entry("train")
+    assert out.returncode == 2 and "redraft train STEP --help" in out.stderr
+
+
+def test_every_model_option_says_what_it_takes():
+    for command in ("complete", "serve", "doctor"):
+        out = entry(command, "--help")
+        text = " ".join(out.stdout.split())
+        assert out.returncode == 0 and "--device DEVICE where the model runs: cpu (default), cuda" in text, command
+
+
+def test_venvs_made_in_the_clone_are_ignored():
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(["git", "check-ignore", ".venv/bin/python", "venv/bin/python"], cwd=root,
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == [".venv/bin/python", "venv/bin/python"]
+
+
+@CUDA_MISSING
+def test_a_gpu_this_torch_cannot_use_is_one_message_not_a_traceback(source):
+    out = entry("doctor", "--device", "cuda")
+    assert out.returncode == 1 and "Traceback" not in out.stderr + out.stdout
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("device ")]
+    assert line.startswith("device    FAILED: device 'cuda' is not available: ") and "CPU build" in line
+    assert "redraft: doctor: device FAILED" in out.stderr
+    out = entry("complete", f"{source}:4:14", "--device", "cuda")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("redraft: device 'cuda' is not available: ") and out.stderr.count("\n") == 1
+    out = entry("complete", f"{source}:4:14", "--device", "gpu0")
+    assert out.returncode == 2 and out.stderr == "redraft: unknown device 'gpu0' (cpu, cuda, cuda:N or mps)\n"
+
+
+@pytest.mark.parametrize("model", ["redraft-diffusion", "redraft-ar"])
+def test_every_shipped_model_answers_the_readme_example_without_a_loop(model, tmp_path):
+    from redraft.server.core.repetition import loop_start
+    f = tmp_path / "store.py"
+    f.write_text(README_EXAMPLE, encoding="utf-8")
+    out = entry("complete", f"{f}:8:28", "--model", model, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["model"] == model and data["raw"]  # the model ran and wrote something
+    if model == "redraft-diffusion":
+        assert data["text"] == "getLogger(__name__)"
+    assert loop_start(data["text"]) is None  # something sensible, or nothing (and stderr says why)
+    assert data["text"] or "redraft: nothing to suggest here: " in out.stderr

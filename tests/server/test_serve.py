@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 SERVE = [sys.executable, "-m", "redraft.server.cli", "serve"]
 
@@ -97,3 +98,45 @@ def test_serve_http_defaults_to_its_own_port_not_ollamas(tiny_model):
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_serve_at_a_terminal_says_it_waits_for_an_lsp_client(tiny_model):
+    import pty
+    main, side = pty.openpty()  # stdin a terminal, as when a person types `redraft serve`
+    proc = subprocess.Popen([*SERVE, "--model", str(tiny_model)], stdin=side, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(side)
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("redraft: waiting for an LSP client on stdin/stdout") and "--http" in line, line
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        os.close(main)
+
+
+def test_serve_from_an_editor_says_nothing(tiny_model):
+    # stdin a pipe, as an editor starts it; closing it ends the server
+    out = subprocess.run([*SERVE, "--model", str(tiny_model)], input="", capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stderr == "" and out.stdout == ""
+
+
+def test_serve_on_a_gpu_this_torch_cannot_use_serves_on_the_cpu(tiny_model):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this torch runs on CUDA here: nothing to fall back from")
+    port = _free_port()
+    proc = subprocess.Popen([*SERVE, "--http", str(port), "--model", str(tiny_model), "--device", "cuda"],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        said = proc.stderr.readline()
+        assert said.startswith("redraft: device 'cuda' is not available: ") and said.endswith(
+            "; serving on the CPU instead\n"), said
+        assert f"answering at http://127.0.0.1:{port}" in proc.stderr.readline()
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "x = ", "max_tokens": 3}, timeout=60)
+        assert r.status_code == 200 and r.json()["model"] == "redraft"
+    finally:
+        proc.kill()
+        _, rest = proc.communicate(timeout=30)
+    assert "Traceback" not in rest

@@ -19,7 +19,7 @@ import pytest
 
 from http_helpers import CONFIG, TOKEN, Running, sse
 from redraft.engine import CancelFlag
-from redraft.server.http import app as http_app
+from redraft.server.http import api as http_api
 from redraft.server.http.app import INTERNAL, build_app
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -206,8 +206,8 @@ def test_an_internal_error_is_a_500_in_the_routes_shape(server, monkeypatch, cap
     def broken(*args, **kwargs):
         raise RuntimeError("secret detail of a bug")
     before = settled(server)
-    monkeypatch.setattr(http_app, "complete_fim", broken)  # on the inference thread
-    monkeypatch.setattr(http_app._Api, "_describe", broken)  # on the event loop
+    monkeypatch.setattr(http_api, "complete_fim", broken)  # on the inference thread
+    monkeypatch.setattr(http_api.Models, "describe", broken)  # on the event loop
     with caplog.at_level(logging.ERROR):
         r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "x = "}, headers=AUTH, timeout=30)
         assert r.status_code == 500 and r.json() == {

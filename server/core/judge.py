@@ -1,6 +1,7 @@
 """The model's half of next-edit suggestions: `judge_edits` compares each line as it is with
 the edits proposed for it (nextedit.py finds the candidates) and keeps those the model
-prefers; it proposes nothing while a remote engine is away (no unjudged guesses). Runs on
+prefers; it proposes nothing while a remote engine is away (no unjudged guesses), and
+judges no further once the request's time budget is spent (CancelFlag.deadline). Runs on
 the inference executor.
 """
 
@@ -14,6 +15,7 @@ from redraft.engine import CancelFlag
 from . import extra
 from .history import EditEvent
 from .nextedit import MAX_PROPOSALS, LineEdit
+from .pipeline import out_of_time
 from .remote import RemoteEngine, RemoteUnavailable
 
 if TYPE_CHECKING:
@@ -69,12 +71,16 @@ def _judge(engine: Engine | RemoteEngine, lines: tuple[str, ...], proposals: lis
     for p in [p for p in proposals if not p.whole]:
         if flag is not None and flag.is_set():
             return []
+        if out_of_time(flag):  # the budget is spent: what was judged stands, the rest is dropped
+            return kept
         if gain(p) >= margin:
             kept.append(p)
     gains = []
     for p in whole[:MAX_PROPOSALS]:  # nearest first
         if flag is not None and flag.is_set():
             return []
+        if out_of_time(flag):  # a whole set is one decision: unjudged, none of it
+            return kept
         gains.append(gain(p))
     if gains and sum(gains) / len(gains) >= margin:
         kept.extend(whole)

@@ -48,7 +48,13 @@ class Answer:
     stats: Stats | None = None  # the engine's, when it ran
     score: float | None = None  # the engine's mean log-prob of what it chose
     fallback: bool = False  # the (remote) engine did not answer: drafts (or nothing) stood in
+    expired: bool = False  # the request's time budget ran out before or while the engine ran
 
+
+def out_of_time(flag: CancelFlag | None) -> bool:
+    """The request's time budget (CancelFlag.deadline) has run out."""
+    expired = getattr(flag, "expired", None)
+    return expired is not None and expired()
 
 
 def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None,
@@ -60,6 +66,8 @@ def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None
     call only (an HTTP request's temperature or seed)."""
     if (flag is not None and flag.is_set()) or snap.mode is Mode.NONE:
         return Answer(None, False)
+    if out_of_time(flag):  # its budget ran out while it waited: it never reaches the engine
+        return Answer(None, False, expired=True)
     mode = snap.config.drafts
     # Inside strings (docstrings, mostly prose) the model added nothing to its drafts on the
     # validation packages, at ~150 ms a request against ~2 (docs/evaluation.md): the drafts answer alone.
@@ -68,7 +76,8 @@ def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None
     if engine is None:
         return Answer(None, False)
     try:
-        return run_engine(engine, snap, flag, on_preview, sampler)
+        found = run_engine(engine, snap, flag, on_preview, sampler)
+        return replace(found, expired=True) if out_of_time(flag) else found
     except RemoteUnavailable as e:
         log.debug("%s: %s", snap.uri, e)
         if (flag is not None and flag.is_set()) or mode == "off":
@@ -153,6 +162,9 @@ def after_name(engine: Engine, snap: Snapshot, ctx: Context, check: Context, res
     view = replace(view, prefix=view.prefix + rest)
     seeds = [d.text[len(rest):] for d in drafts if d.text.startswith(rest) and len(d.text) > len(rest)]
     stream = None if on_preview is None else (lambda text, step, masked: on_preview(rest + text, step, masked))
+    if out_of_time(flag):  # no time left for the rest of the line: the name alone
+        edit = postprocess.finish(snap, check, rest)
+        return Answer(edit, True, spent_ms, rest, "name")
     try:
         result = fill(engine, snap, view, ctx.span, seeds, flag, stream, sampler, stop=postprocess.Unit.of(snap))
     except Cancelled:

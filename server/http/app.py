@@ -349,6 +349,7 @@ class _Api:
 
     def _submit(self, job, flag: CancelFlag, on_preview) -> asyncio.Future:
         stats = self.stats
+        flag.deadline = time.monotonic() + self.config.max_time / 1000  # the time budget counts from here
 
         def counted() -> Any:  # on the inference thread
             stats.job_started()

@@ -48,6 +48,7 @@ class Counters:
     edits_shown: int = 0  # textDocument/didShowInlineEdit
     edits_accepted: int = 0  # the accept-edit command
     remote_fallbacks: int = 0  # completions the remote engine failed, answered from drafts (or nothing)
+    budget_expired: int = 0  # completions whose time budget (max_time) ran out: stopped early, or never ran
     remote_outages: int = 0  # times the remote engine went away (each told to the client once)
     latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     engine_latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # those that ran it

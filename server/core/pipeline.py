@@ -51,6 +51,17 @@ class Answer:
     expired: bool = False  # the request's time budget ran out before or while the engine ran
 
 
+# Of a request's time budget, what is kept for the denoising step in progress when the engine's
+# deadline passes and for post-processing: the engine is told to stop this much sooner, so that
+# the answer is ready by the budget's end.
+FINISH_S = 0.04
+
+
+def engine_deadline(budget_end: float) -> float:
+    """The engine's deadline (CancelFlag.deadline) for a request whose budget ends at `budget_end`."""
+    return budget_end - FINISH_S
+
+
 def out_of_time(flag: CancelFlag | None) -> bool:
     """The request's time budget (CancelFlag.deadline) has run out."""
     expired = getattr(flag, "expired", None)

@@ -67,6 +67,7 @@ from starlette.routing import Route
 from redraft.engine import DEFAULT_MODEL, SHIPPED, CancelFlag, Cancelled, EngineError, Stats, resolve
 
 from ..core.inference import Inference
+from ..core.pipeline import engine_deadline
 from ..core.remote import RemoteEngine
 from ..core.settings import ServerConfig
 from . import templates
@@ -349,7 +350,7 @@ class _Api:
 
     def _submit(self, job, flag: CancelFlag, on_preview) -> asyncio.Future:
         stats = self.stats
-        flag.deadline = time.monotonic() + self.config.max_time / 1000  # the time budget counts from here
+        flag.deadline = engine_deadline(time.monotonic() + self.config.max_time / 1000)  # the budget counts from here
 
         def counted() -> Any:  # on the inference thread
             stats.job_started()

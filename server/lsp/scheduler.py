@@ -8,10 +8,11 @@ more than `max_in_flight` jobs queued or running; a request over the cap waits f
 slot (and gives up the moment it is superseded). If the awaiting task itself is
 cancelled (`$/cancelRequest`), its flag is set and CancelledError propagates.
 
-A `deadline` (time.monotonic() seconds, the request's time budget) rides on the job's flag
-(CancelFlag.deadline: the engine stops at the next step past it), and bounds the wait: a
-job not done by the deadline plus GRACE_S (queued behind another, or in a forward that
-outlasts it) is stopped and the caller gets (True, None) at once (`expired` counts them).
+A `deadline` (time.monotonic() seconds, the end of the request's time budget) bounds the
+wait, and rides on the job's flag a little sooner (pipeline.engine_deadline: the engine stops
+at the next step past it, leaving time to finish that step and post-process): a job not done
+by the deadline (queued behind another, or in a forward that outlasts it) is stopped and the
+caller gets (True, None) at once (`expired` counts them).
 
 It knows nothing of LSP, documents or models; jobs run on the executor it is given.
 """
@@ -26,10 +27,9 @@ from typing import Any, Callable
 
 from redraft.engine import CancelFlag
 
+from ..core.pipeline import engine_deadline
+
 MAX_IN_FLIGHT = 2
-# How long past its deadline a request waits for its job: the engine checks the budget between
-# steps, so a running job ends within one step of it (tens of milliseconds on a busy CPU).
-GRACE_S = 0.04
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Scheduler:
         lane = self._lanes.setdefault(key, _Lane())
         self.supersede(key)
         me = _Ticket()
-        me.flag.deadline = deadline
+        me.flag.deadline = None if deadline is None else engine_deadline(deadline)
         lane.latest = me
         loop = asyncio.get_running_loop()
         try:
@@ -130,4 +130,4 @@ class Scheduler:
 
 def _left(deadline: float | None) -> float | None:
     """Seconds a request may still wait for its job (None: no budget)."""
-    return None if deadline is None else max(0.0, deadline + GRACE_S - time.monotonic())
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

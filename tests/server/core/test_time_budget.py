@@ -15,7 +15,7 @@ from redraft.engine import CancelFlag, Engine
 from redraft.server.core.context import Mode, text_snapshot
 from redraft.server.core.inference import answer
 from redraft.server.core.settings import ServerConfig, parse
-from redraft.server.lsp.scheduler import GRACE_S, Scheduler
+from redraft.server.lsp.scheduler import Scheduler
 
 CONFIG = ServerConfig(drafts="off", names=False, line_tokens=16, block_tokens=16)
 BLOCK = "def area(width, height):\n    "
@@ -86,7 +86,7 @@ def test_a_request_queued_behind_a_long_job_answers_at_its_deadline():
         return done, value, waited, ran, scheduler.expired
     done, value, waited, ran, expired = asyncio.run(scenario())
     assert (done, value, expired) == (True, None, 1)
-    assert 0.1 <= waited < 0.1 + GRACE_S + 0.25
+    assert 0.1 <= waited < 0.35
     assert ran == [True]  # stopped while queued: when the worker reached it, its flag said so
 
 

@@ -26,7 +26,8 @@ def repo_prompt(current: str, line: str) -> str:
 @pytest.fixture(scope="module")
 def urls(inference):
     drafts = replace(CONFIG, drafts="only", line_tokens=16)
-    servers = [Running(build_app(inference, drafts)), Running(build_app(inference, replace(drafts, exclude_secrets=False)))]
+    servers = [Running(build_app(inference, drafts)),
+               Running(build_app(inference, replace(drafts, exclude_secrets=False)))]
     yield [s.url for s in servers]
     for s in servers:
         s.stop()
@@ -40,7 +41,8 @@ def complete(url: str, prompt: str) -> str:
 
 def test_an_excluded_file_in_the_prompt_is_never_read(urls):
     guarded, open_ = urls
-    assert "corner-store-4242" in complete(guarded, repo_prompt("shop/main.py", 'NAME = "'))  # the header's files feed drafts
+    # the header's files feed drafts
+    assert "corner-store-4242" in complete(guarded, repo_prompt("shop/main.py", 'NAME = "'))
     assert SECRET not in complete(guarded, repo_prompt("shop/main.py", 'API_TOKEN="'))
     assert SECRET in complete(open_, repo_prompt("shop/main.py", 'API_TOKEN="'))  # with the secret defaults off
 

@@ -358,6 +358,8 @@ class _Api:
                 return job(flag, on_preview)
             finally:
                 stats.add("jobs_running", -1)
+                if flag.expired():
+                    stats.add("budget_expired")
         try:
             work = self.inference.executor.submit(counted)
         except RuntimeError:  # the executor was shut down

@@ -71,6 +71,7 @@ def test_a_request_ends_by_its_budget_however_slow_the_engine(inference, slow_en
         assert slow_engine["calls"] - start + calls_until_free(inference, slow_engine) <= 2  # encode, one step
         assert took < 1.5
         assert slow_engine["flags"][-1].deadline is not None and slow_engine["flags"][-1].expired()
+        assert httpx.get(f"{server.url}/v1/redraft/stats").json()["budget_expired"] == 1
     finally:
         slow_engine["delay"] = 0.0
         server.stop()

@@ -14,7 +14,8 @@ spinning on a CPU (`while 1: pass`) run beside the server for the whole run (and
 after it). Latency is the client's round trip (the budget counts from the request's
 arrival, so a request may not take longer than max_time plus the time the answer takes to
 cross the pipe): p50 is the median, p95 the nearest rank, max the slowest. The server's
-`budget_expired` counter says how many requests its budget cut short. Figures from one run
+`budget_expired` counter says how many requests its budget cut short, and its own
+`engine_latency_ms` (arrival to answer, on the server) is reported beside. Figures from one run
 on a shared machine: noisy.
 """
 
@@ -92,6 +93,8 @@ async def run(args, cases: dict) -> dict:
                      "warm_p50": statistics.median(warm), "warm_p95": pct(warm, 0.95), "max": max(cold + warm)}
     _, _, stats = await finish(client, client._server.pid)
     out["budget_expired"], out["requests"] = stats.budget_expired, stats.requests
+    lat = stats.engine_latency_ms  # the server's: arrival to answer, requests that waited for the engine
+    out["server_engine_ms"] = {"p50": lat.p50, "p95": lat.p95, "count": lat.count}
     return out
 
 
@@ -117,7 +120,8 @@ def main(argv=None) -> int:
             p.wait()
     out.update(busy=args.busy, max_time=args.max_time)
     print(f"maxTime {args.max_time} ms, {args.busy} busy processes; {out['budget_expired']} of "
-          f"{out['requests']} requests cut by the budget")
+          f"{out['requests']} requests cut by the budget; server side (arrival to answer) p50 "
+          f"{out['server_engine_ms']['p50']:.0f} ms, p95 {out['server_engine_ms']['p95']:.0f} ms")
     print(f"{'language':<11} {'cases':>5} {'cold p50':>9} {'cold p95':>9} {'warm p50':>9} {'warm p95':>9} {'max':>7}")
     for lang in cases:
         r = out[lang]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 
@@ -56,10 +57,17 @@ class Preview:
 
 
 class CancelFlag:
-    """Set from any thread; the engine checks it between steps and raises Cancelled."""
+    """Set from any thread; the engine checks it between steps and raises Cancelled. A
+    `deadline` (time.monotonic() seconds) is the request's time budget: once it has passed,
+    the denoiser stops at the next step boundary and keeps what each row committed up to its
+    first masked position (`expired`); no final scoring pass runs then."""
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float | None = None) -> None:
         self._event = threading.Event()
+        self.deadline = deadline
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def cancel(self) -> None:
         self._event.set()

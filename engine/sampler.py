@@ -45,8 +45,8 @@ from .picks import Picks, choose
 from .ragged import Forward
 from .running import Denoised, Running, drain
 from .step import StepGraphs
-from .unmask import (best_rows_first_step, block_ends, commit_mask, defer_early_ends, fewer, fill_after_end,
-                     outside_block, span_positions, stop_finished_units)
+from .unmask import (best_rows_first_step, block_ends, commit_mask, cut_at_first_mask, defer_early_ends, fewer,
+                     fill_after_end, outside_block, span_positions, stop_finished_units)
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
@@ -126,15 +126,19 @@ class Denoiser:
         # The unmask decision works on host copies: one read-back per step (see step.py).
         dev = st.x.device
         st.move(torch.device("cpu"))
+        late = False
         while bool(st.masked.any()):
             self._check_cancel()
+            if late := self._out_of_time():
+                cut_at_first_mask(st.x, st.masked, st.batch.span_at, self.pad_id)
+                break
             yield from self._step(st, st.steps + 1 - judged, max_steps, gen)
             if self.scfg.give_up_after and st.steps - judged >= self.scfg.give_up_after:
                 self._give_up_unfinished(st)
             yield
         st.move(dev)
         score = None
-        if not set(st.alive) <= st.hopeless:
+        if not late and not set(st.alive) <= st.hopeless:
             score = yield from self._final_scores(st, rescore=denoised)
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
@@ -143,6 +147,11 @@ class Denoiser:
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled()
+
+    def _out_of_time(self) -> bool:
+        """The request's time budget (CancelFlag.deadline) has run out."""
+        expired = getattr(self.cancel, "expired", None)
+        return expired is not None and expired()
 
     def _encode(self, batch: Batch) -> tuple[Running, int]:
         """The context's keys/values (for "full" attention, the whole first pass) and the rows'

@@ -117,6 +117,16 @@ def stop_finished_units(x, masked, span_at: int, ends: torch.Tensor, pad_id: int
             masked[b] = False
 
 
+def cut_at_first_mask(x, masked, span_at: int, pad_id: int) -> None:
+    """Out of time: every row keeps the tokens it committed before its first masked position;
+    from there on it is padding (later committed tokens would be text with a hole in it)."""
+    for b in range(x.shape[0]):
+        if bool(masked[b].any()):
+            first = int(masked[b].nonzero()[0])
+            x[b, max(first, span_at):] = pad_id
+            masked[b] = False
+
+
 def fill_after_end(x, masked, cb, ca, tokens, ends: torch.Tensor, pad_id: int) -> None:
     """Committed end tokens (rows cb, positions ca): every masked position after one is padding."""
     ended = torch.isin(tokens, ends)

@@ -10,14 +10,9 @@ for the model that is loading joins that load. `state` says where loading stands
 (loading / ready / failed); `starting` holds until the first load that counts settles, the
 time in which a front may answer from drafts rather than queue behind the load.
 
-One completion pipeline for every front end: `answer` (the LSP job, `redraft complete`,
-`redraft eval infill`, the HTTP API): context windows, one `engine.infill` seeded with the
-snapshot's drafts (cache_key = the document's URI so keys/values survive keystrokes),
-post-processing. With drafts set to "only", or while no model is loaded, the best draft
-answers alone; so does a remote engine that does not answer (RemoteUnavailable: the answer is
-marked `fallback`), or nothing when drafts are off. `fill` is its engine call, which the HTTP rewrite route shares; `judge_edits`
-is the model's half of next-edit suggestions (nextedit.py finds the candidates); it proposes
-nothing while a remote engine is away (no unjudged guesses).
+`answer` runs the one completion pipeline (pipeline.py) with whatever engine is loaded;
+the model's half of next edits is judge.py's. Both are re-exported here, where the fronts
+have always found them.
 
 `load(..., url=URL)` puts a RemoteEngine (remote.py) in the engine's place instead of loading
 a model: "loading" is fetching its /info. When that fails, `load_error` says so, but the
@@ -34,26 +29,23 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 import redraft.engine
-from redraft.engine import CancelFlag, Cancelled, EngineError, SamplerConfig, Stats
+from redraft.engine import CancelFlag, EngineError
 
-from . import context, extra, names, postprocess
-from .context import Context, Draft, Mode, Snapshot
+from .context import Snapshot
 from .heap import HeapTrim
-from .history import EditEvent
-from .nextedit import MAX_PROPOSALS, LineEdit
-from .postprocess import Edit
+from .judge import EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, _window, can_judge_edits, judge_edits  # noqa: F401
+from .pipeline import (LINE_STEPS, Answer, after_name, answer, answer_from_drafts, document_windows,  # noqa: F401
+                       fill, model_view, run_engine, usable_drafts)
 from .remote import TIMEOUT_S, RemoteEngine, RemoteUnavailable
 
 if TYPE_CHECKING:
-    from redraft.engine import Completion, Engine
+    from redraft.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -63,22 +55,6 @@ def __getattr__(name: str):
     if name in ("Engine", "DEFAULT_MODEL"):
         return getattr(redraft.engine, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What the completion pipeline gives for one snapshot."""
-
-    edit: Edit | None
-    ran_model: bool
-    engine_ms: float = 0.0
-    raw: str = ""  # the engine's text before post-processing (for logs)
-    source: str = ""  # what the edit came from: "model", or a draft's source (buffer, open, recent)
-    kept: int = 0  # draft tokens the model kept
-    abstained: bool = False  # the model found no candidate likely enough to show
-    stats: Stats | None = None  # the engine's, when it ran
-    score: float | None = None  # the engine's mean log-prob of what it chose
-    fallback: bool = False  # the (remote) engine did not answer: drafts (or nothing) stood in
 
 
 class Inference:
@@ -278,238 +254,3 @@ def _warm_up(engine: Engine) -> None:
         log.warning("warm-up failed: %s", e)
     finally:
         engine.forget(WARM_UP_KEY)
-
-
-def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None,
-           on_preview: Callable[[str, int, int], None] | None = None, sampler: SamplerConfig | None = None
-           ) -> Answer:
-    """The completion pipeline: what a snapshot gets shown. Never raises Cancelled: a
-    cancelled job returns no edit. `on_preview(text, step, masked)` sees the engine's text
-    after every denoising step; `sampler` stands in for the engine's own settings in this
-    call only (an HTTP request's temperature or seed)."""
-    if (flag is not None and flag.is_set()) or snap.mode is Mode.NONE:
-        return Answer(None, False)
-    mode = snap.config.drafts
-    # Inside strings (docstrings, mostly prose) the model added nothing to its drafts on the
-    # validation packages, at ~150 ms a request against ~2 (docs/evaluation.md): the drafts answer alone.
-    if mode == "only" or (mode == "seeded" and snap.in_string) or (engine is None and mode != "off"):
-        return answer_from_drafts(snap)
-    if engine is None:
-        return Answer(None, False)
-    try:
-        return run_engine(engine, snap, flag, on_preview, sampler)
-    except RemoteUnavailable as e:
-        log.debug("%s: %s", snap.uri, e)
-        if (flag is not None and flag.is_set()) or mode == "off":
-            return Answer(None, False, fallback=True)
-        return replace(answer_from_drafts(snap), fallback=True)
-
-
-def answer_from_drafts(snap: Snapshot) -> Answer:
-    """The best draft that survives post-processing, without a model; at a partly typed name
-    that the draft (or no draft) leaves an unknown word, the known name alone (names.py)."""
-    ctx = document_windows(snap)
-    found = Answer(None, False)
-    for d in snap.drafts:
-        edit = postprocess.finish(snap, ctx, d.text)
-        if edit is not None:
-            found = Answer(edit, False, raw=d.text, source=d.source)
-            break
-    if snap.config.names and not snap.in_string:
-        rest = names.forced_name(snap, "" if found.edit is None else found.edit.text)
-        edit = postprocess.finish(snap, ctx, rest) if rest else None
-        if edit is not None:
-            return Answer(edit, False, raw=rest, source="name")
-    return found
-
-
-def usable_drafts(snap: Snapshot, ctx: context.Context) -> tuple[Draft, ...]:
-    """The drafts as they would be shown (post-processed), those that would not be dropped: a
-    draft that repeats the suffix or breaks the parse is no candidate worth a batch row. Where
-    the suffix holds the characters a draft replaces (text other than closers follows the
-    cursor), the draft would write them twice: it seeds the span only without them, when they
-    end it."""
-    out = []
-    for d in snap.drafts:
-        edit = postprocess.finish(snap, ctx, d.text)
-        if edit is None:
-            continue
-        text = edit.text
-        if edit.replace and not snap.closers_only:  # then the model does not see those closers
-            closed = snap.right[:edit.replace]
-            if not text.endswith(closed) or not text[:-len(closed)].strip():
-                continue
-            text = text[:-len(closed)]
-        out.append(replace(d, text=text))
-    return tuple(out)
-
-
-def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
-               on_preview: Callable[[str, int, int], None] | None = None,
-               sampler: SamplerConfig | None = None) -> Answer:
-    """The model's half of `answer`: windows, drafts (per the settings), the engine call
-    stopped at the end of the unit, post-processing."""
-    span_max = max(snap.config.line_tokens, snap.config.block_tokens)
-    ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
-    check = document_windows(snap)
-    drafts = usable_drafts(snap, check) if snap.config.drafts == "seeded" else ()
-    try:
-        result = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], flag, on_preview,
-                      sampler, stop=postprocess.Unit.of(snap))
-    except Cancelled:
-        return Answer(None, False)
-    st = result.stats
-    source = drafts[st.draft].source if 0 <= st.draft < len(drafts) else "model"
-    edit = None if result.abstained else postprocess.finish(snap, check, result.text)
-    if snap.config.names:
-        rest = names.forced_name(snap, "" if edit is None else edit.text)
-        if rest:
-            return after_name(engine, snap, ctx, check, rest, drafts, st.total_ms, flag, on_preview, sampler)
-    if result.abstained:
-        return Answer(None, True, st.total_ms, source=source, abstained=True, stats=st, score=result.score)
-    return Answer(edit, True, st.total_ms, result.text, source, st.draft_kept, stats=st, score=result.score)
-
-
-def after_name(engine: Engine, snap: Snapshot, ctx: Context, check: Context, rest: str, drafts: tuple[Draft, ...],
-               spent_ms: float, flag: CancelFlag | None = None,
-               on_preview: Callable[[str, int, int], None] | None = None,
-               sampler: SamplerConfig | None = None) -> Answer:
-    """The answer once the word at the cursor is completed by `rest` (names.forced_name): the
-    model writes the rest of the line after the name, seeded with the drafts that begin with
-    it. Where it abstains, or its line does not survive post-processing, the name alone is
-    shown (a name the code uses is evidence enough). Source "name"."""
-    view = model_view(snap, ctx)
-    view = replace(view, prefix=view.prefix + rest)
-    seeds = [d.text[len(rest):] for d in drafts if d.text.startswith(rest) and len(d.text) > len(rest)]
-    stream = None if on_preview is None else (lambda text, step, masked: on_preview(rest + text, step, masked))
-    try:
-        result = fill(engine, snap, view, ctx.span, seeds, flag, stream, sampler, stop=postprocess.Unit.of(snap))
-    except Cancelled:
-        return Answer(None, False)
-    st = result.stats
-    texts = ([] if result.abstained else [rest + result.text]) + [rest]
-    edit, raw = None, rest
-    for text in texts:
-        edit = postprocess.finish(snap, check, text)
-        if edit is not None:
-            raw = text
-            break
-    return Answer(edit, True, spent_ms + st.total_ms, raw, "name", st.draft_kept, stats=st, score=result.score)
-
-
-def document_windows(snap: Snapshot) -> Context:
-    """The windows post-processing judges a completion in, whoever wrote it (a draft, the copy
-    baseline, the model): sized in characters from the settings' budget, wider than the model's
-    token-sized ones, which may end inside the list a completion opens (`names = [`) and make it
-    read as an error. Held-out: 86 of 94 right drafts survived the check in the model's windows,
-    92 in these (docs/evaluation.md)."""
-    return context.build(snap, _chars_as_tokens)
-
-
-def model_view(snap: Snapshot, ctx: Context) -> Context:
-    """The windows as the model sees them: auto-closed brackets and quotes right of the cursor
-    left out (Snapshot.closers_only), so the span is the whole rest of the line, and the suffix
-    stays the same while they change. Post-processing keeps the document's own windows."""
-    if snap.closers_only and ctx.suffix.startswith(snap.right):
-        return replace(ctx, suffix=ctx.suffix[len(snap.right):])
-    return ctx
-
-
-def fill(engine: Engine, snap: Snapshot, ctx: Context, span: int, drafts: list[str], flag: CancelFlag | None,
-         on_preview: Callable[[str, int, int], None] | None = None, sampler: SamplerConfig | None = None,
-         stop: Callable[[str], bool] | None = None) -> Completion:
-    """One engine call on a snapshot's windows: `span` tokens seeded with `drafts`, with the
-    sampler settings the server's config asks for. Raises Cancelled."""
-    sampler = (sampler or engine.sampler).with_(span=span, lengths=())
-    if snap.mode in (Mode.LINE, Mode.ARGS) and not sampler.give_up_after and math.isfinite(sampler.min_score):
-        sampler = sampler.with_(give_up_after=LINE_STEPS)
-    if snap.config.threshold is not None:
-        sampler = sampler.with_(threshold=snap.config.threshold)
-    stream = None if on_preview is None else (lambda d: on_preview(d.text, d.step, d.masked))
-    return engine.infill(ctx.prefix, ctx.suffix, ctx.extra, drafts=drafts, sampler=sampler, cancel=flag,
-                         cache_key=snap.uri, on_preview=stream, stop=stop,
-                         lookup=snap.lookup if snap.config.cache else None)
-
-
-# Denoising steps a line (or argument list) may take before the request abstains
-# (SamplerConfig.give_up_after). On 400 line cursors of the validation and held-out packages
-# none of the 13 that ran 8 steps or more was right, and they took up to 1.3 s; on the
-# validation ones a budget of 8, 6 or 5 steps left every answer as it was, 4 changed one and
-# 3 lost a right one. Blocks keep every step: the model writes them at about a token a step.
-# Only for engines that abstain at all (a finite min_score, as the shipped model's): a
-# checkpoint set to always answer is not made to give up by a budget chosen for another.
-LINE_STEPS = 5
-
-
-def _chars_as_tokens(text: str) -> int:
-    return int(len(text) / context.CHARS_PER_TOKEN) + 1
-
-
-# Windows around a proposal's line (scoring only). Each judged place costs one pass over them:
-# 800 / 300 characters judged held-out renames alike at twice the cost (p50 182 vs 84 ms).
-EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS = 300, 100
-
-
-def can_judge_edits(engine: Engine | RemoteEngine | None) -> bool:
-    """Whether the engine can compare a line as it is with a proposed edit of it. A remote
-    engine that has not answered yet may: `judge_edits` asks it (and keeps nothing meanwhile)."""
-    if engine is None:
-        return False
-    try:
-        return engine.info().scores_edits
-    except RemoteUnavailable:
-        return True
-
-
-def judge_edits(engine: Engine | None, lines: tuple[str, ...], proposals: list[LineEdit], events: list[EditEvent],
-                margin: float, flag: CancelFlag | None = None) -> list[LineEdit]:
-    """The model's half of next-edit suggestions: the proposals it prefers to the line as it
-    is, by at least `margin` in mean log-prob ("no edit" wins every tie), with the document's
-    edit events shown ahead. Proposals marked `whole` (a rename's uses) are one decision: kept
-    all together when their nearest MAX_PROPOSALS pass on average, else none. An engine that
-    cannot judge leaves the rules' proposals as they are; a remote engine that does not answer
-    keeps none (an unjudged proposal is a guess). Runs on the executor."""
-    if not can_judge_edits(engine):
-        return list(proposals)
-    try:
-        return _judge(engine, lines, proposals, events, margin, flag)
-    except RemoteUnavailable as e:
-        log.debug("next edits not judged: %s", e)
-        return []
-
-
-def _judge(engine: Engine | RemoteEngine, lines: tuple[str, ...], proposals: list[LineEdit],
-           events: list[EditEvent], margin: float, flag: CancelFlag | None) -> list[LineEdit]:
-    history = extra.edit_history(events)
-
-    def gain(p: LineEdit) -> float:
-        prefix = _window("".join(lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
-        suffix = _window("".join(lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
-        as_is, edited = engine.score(prefix, "\n" + suffix, [p.original, p.proposed], extra=history)
-        return edited - as_is
-
-    kept, whole = [], [p for p in proposals if p.whole]
-    for p in [p for p in proposals if not p.whole]:
-        if flag is not None and flag.is_set():
-            return []
-        if gain(p) >= margin:
-            kept.append(p)
-    gains = []
-    for p in whole[:MAX_PROPOSALS]:  # nearest first
-        if flag is not None and flag.is_set():
-            return []
-        gains.append(gain(p))
-    if gains and sum(gains) / len(gains) >= margin:
-        kept.extend(whole)
-    return kept
-
-
-def _window(text: str, chars: int, from_end: bool) -> str:
-    """At most `chars` characters of `text`, cut at a line start."""
-    if len(text) <= chars:
-        return text
-    if from_end:
-        cut = text[-chars:]
-        return cut[cut.find("\n") + 1:]
-    cut = text[:chars]
-    return cut[:cut.rfind("\n") + 1]

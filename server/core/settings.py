@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from . import exclude
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -57,14 +59,26 @@ class ServerConfig:
     # A remote engine (`redraft serve --http` elsewhere, or the cluster) instead of a model in
     # this process: http(s)://HOST:PORT; model, device and dtype are then the remote's.
     engine_url: str | None = None
+    # The time budget of a request, in milliseconds from its arrival (waiting for the engine
+    # included), as llama.vim's t_max_predict_ms: the engine stops at the next denoising step
+    # past it and shows what it has only where its confidence and post-processing accept it.
+    max_time: int = 500
+    # Files never read into anything (globs; a name without "/" matches a file name anywhere),
+    # on top of the usual secret files (exclude.SECRETS) unless exclude_secrets is false.
+    exclude: tuple[str, ...] = ()
+    exclude_secrets: bool = True
 
     def enabled(self, language: str) -> bool:
         table = dict(self.enable)
         return table.get(language, table.get("*", True))
 
+    def excludes(self, uri_or_path: str) -> bool:
+        """Whether a file (a URI or a path) is one redraft never reads (exclude.py)."""
+        return exclude.matcher(self.exclude, self.exclude_secrets).matches(uri_or_path)
+
 
 _INT_RANGES = {"max_lines": (1, 200), "max_drafts": (1, 16), "line_tokens": (1, 512), "block_tokens": (1, 1024),
-               "context_tokens": (16, 32768)}
+               "context_tokens": (16, 32768), "max_time": (1, 60_000)}
 _DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 _RENAMED = {"stream_drafts": "stream_previews"}  # earlier names clients may still send
 
@@ -94,8 +108,14 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
             raise ValueError("must be a number in -100..100")
         return float(value)
+    if name == "exclude":
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(g, str) and g.strip() for g in value):
+            raise ValueError("must be a list of glob patterns")
+        return tuple(g.strip() for g in value)
     if name in ("comments", "strings", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache",
-                "workspace_files", "names"):
+                "workspace_files", "names", "exclude_secrets"):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
         return value

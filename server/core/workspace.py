@@ -10,7 +10,8 @@ same exact match (docs/evaluation.md, "Drafts from the workspace").
 
 A background thread lists the source files under the roots once (known code extensions only;
 hidden folders, virtual environments and the usual build and dependency folders skipped; files
-over MAX_FILE_BYTES left out; MAX_FILES paths and MAX_FOLDERS folders read at most, nearest
+over MAX_FILE_BYTES and the files the settings exclude (`skip`, exclude.py) left out, never read;
+MAX_FILES paths and MAX_FOLDERS folders read at most, nearest
 the roots first), then ranks the listed files for a document and indexes its nearest on
 demand, when it is opened (`prepare`) or first searched: the event loop only reads a ranking
 and indexes already made.
@@ -30,6 +31,7 @@ import os
 import threading
 from collections import OrderedDict, deque
 from pathlib import Path
+from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from .document import split_lines
@@ -60,8 +62,10 @@ class Workspace:
     """The source files under some root folders, indexed for drafts on demand."""
 
     def __init__(self, roots: list[Path], *, max_files: int = MAX_FILES, max_file_bytes: int = MAX_FILE_BYTES,
-                 max_indexed_bytes: int = MAX_INDEXED_BYTES, background: bool = True) -> None:
+                 max_indexed_bytes: int = MAX_INDEXED_BYTES, background: bool = True,
+                 skip: Callable[[Path], bool] | None = None) -> None:
         self.roots = [r.resolve() for r in roots if r.is_dir()]
+        self.skip = skip  # files never read (the exclude settings: exclude.py), asked again before each read
         self.max_files, self.max_file_bytes, self.max_indexed_bytes = max_files, max_file_bytes, max_indexed_bytes
         self.background = background
         self._files: list[Path] = []
@@ -128,7 +132,7 @@ class Workspace:
                     self._to_rank.append(path)
                     self._cond.notify()
                 return []
-            for p in [p for p in ranked if p not in exclude][:limit]:
+            for p in [p for p in ranked if p not in exclude and not self._skipped(p)][:limit]:
                 index = self._indexes.get(p)
                 if index is not None:
                     self._indexes.move_to_end(p)
@@ -206,7 +210,7 @@ class Workspace:
                     if e.is_dir(follow_symlinks=False):
                         if e.name not in SKIP_DIRS and not (Path(e.path) / "pyvenv.cfg").exists():
                             queue.append(Path(e.path))
-                    elif e.is_file() and canonical(None, e.name) is not None:
+                    elif e.is_file() and canonical(None, e.name) is not None and not self._skipped(Path(e.path)):
                         if e.stat().st_size > self.max_file_bytes:
                             self.skipped += 1
                             continue
@@ -225,6 +229,8 @@ class Workspace:
                 path = self._wanted.popleft()
                 if path in self._indexes:
                     continue
+            if self._skipped(path):  # excluded since it was listed (settings change)
+                continue
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
@@ -235,6 +241,9 @@ class Workspace:
             index = DraftIndex(split_lines(text))  # filing: outside the lock
             with self._cond:
                 self._store(path, index, len(text))
+
+    def _skipped(self, path: Path) -> bool:
+        return self.skip is not None and self.skip(path)
 
     def _store(self, path: Path, index: DraftIndex, size: int) -> None:
         """(Under the lock.) Keep an index, dropping the least recently used past the bound."""

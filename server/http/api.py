@@ -12,6 +12,7 @@ import asyncio
 import hmac
 import json
 import logging
+import time
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any, AsyncIterator, Callable
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from redraft.engine import CancelFlag, Cancelled
 
 from ..core.inference import Inference
+from ..core.pipeline import engine_deadline
 from ..core.settings import ServerConfig
 from . import templates
 from .engine import ApiChoice, ApiError, complete_fim, rewrite
@@ -152,6 +154,7 @@ class Api:
 
     def _submit(self, job, flag: CancelFlag, on_preview) -> asyncio.Future:
         stats = self.stats
+        flag.deadline = engine_deadline(time.monotonic() + self.config.max_time / 1000)  # the budget counts from here
 
         def counted() -> Any:  # on the inference thread
             stats.job_started()
@@ -159,6 +162,8 @@ class Api:
                 return job(flag, on_preview)
             finally:
                 stats.add("jobs_running", -1)
+                if flag.expired():
+                    stats.add("budget_expired")
         try:
             work = self.inference.executor.submit(counted)
         except RuntimeError:  # the executor was shut down

@@ -5,6 +5,9 @@ A completion goes the LSP server's way (see app.py): a document with the cursor 
 prefix and suffix, the mode at the cursor ("nothing" becomes LINE: an HTTP client asks for
 whatever follows the cursor), drafts from the same text, `inference.answer`, then the client's
 stop strings. A next edit masks the region and re-fills it seeded with the region itself.
+A file the settings exclude (its path from a repository-level header or Mercury's
+current_file_path) gets no completion and no edit, and an excluded file a header carries is
+never read into drafts. A request's time budget rides on its CancelFlag (the routes set it).
 Knows nothing of HTTP beyond ApiError, which the routes turn into JSON.
 """
 
@@ -20,7 +23,10 @@ from redraft.engine import CancelFlag, Cancelled, Stats
 
 from ..core import context, postprocess
 from ..core.context import AskedMode, Mode, Snapshot, own_drafts, text_snapshot
+from ..core.document import split_lines
+from ..core.drafts import DraftIndex
 from ..core.inference import Inference, answer, fill
+from ..core.pipeline import out_of_time
 from ..core.remote import RemoteUnavailable
 from ..core.settings import ServerConfig
 from . import templates
@@ -70,11 +76,16 @@ def document_uri(prefix: str, path: str = "") -> str:
     return f"{URI}#{hashlib.sha256(path.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
-def fim_snapshot(prefix: str, suffix: str, config: ServerConfig, language: str = "", path: str = "") -> Snapshot:
-    """The LSP server's snapshot of `prefix + suffix` with the cursor between them."""
+def fim_snapshot(prefix: str, suffix: str, config: ServerConfig, language: str = "", path: str = "",
+                 files: tuple[tuple[str, str], ...] = ()) -> Snapshot:
+    """The LSP server's snapshot of `prefix + suffix` with the cursor between them; drafts also
+    from the other `files` the prompt carries ((path, text), templates.repo_files), but never
+    from one the settings exclude (exclude.py)."""
     snap, doc = text_snapshot(document_uri(prefix, path), prefix + suffix, len(prefix), config, language, path,
                               asked=HTTP_MODE)
-    return own_drafts(snap, doc, config)
+    others = [(f"{URI}/{name}", DraftIndex(split_lines(text))) for name, text in files
+              if text.strip() and not config.excludes(name)]
+    return own_drafts(snap, doc, config, workspace=others)
 
 
 def insertion(edit: postprocess.Edit, right: str) -> str:
@@ -104,7 +115,9 @@ def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: Se
     if p.max_tokens is not None:
         config = replace(config, line_tokens=min(config.line_tokens, p.max_tokens),
                          block_tokens=min(config.block_tokens, p.max_tokens))
-    snap = fim_snapshot(fim.prefix, fim.suffix, config, p.language)
+    if fim.path and config.excludes(fim.path):  # a file never read: nothing to complete there
+        return [ApiChoice("", "stop", None)] * p.n
+    snap = fim_snapshot(fim.prefix, fim.suffix, config, p.language, fim.path, fim.files)
     if snap.mode is Mode.NONE:
         return [ApiChoice("", "stop", None)] * p.n
     budget = config.block_tokens if snap.mode is Mode.BLOCK else config.line_tokens
@@ -147,6 +160,8 @@ def rewrite(inference: Inference, ep: templates.EditPrompt, p: Params, config: S
 def _rewrite(engine, ep: templates.EditPrompt, p: Params, config: ServerConfig, flag: CancelFlag,
              on_preview: Callable[[int, str], None] | None) -> ApiChoice:
     t0 = time.perf_counter()
+    if ep.path and config.excludes(ep.path):  # a file never read: no edit
+        return ApiChoice(None, "stop", None)
     n = engine.count_tokens(ep.region)
     if n > MAX_EDIT_TOKENS:
         raise ApiError(400, f"the code_to_edit region has {n} tokens, more than {MAX_EDIT_TOKENS}")
@@ -157,7 +172,8 @@ def _rewrite(engine, ep: templates.EditPrompt, p: Params, config: ServerConfig, 
     result = fill(engine, snap, ctx, span, [ep.region] if ep.region.strip() else [], flag,
                   None if on_preview is None else (lambda text, step, masked: on_preview(0, text)), sampler)
     text, ms = result.text, (time.perf_counter() - t0) * 1000
-    if result.abstained or text.rstrip() == ep.region.rstrip():
+    # Out of time, the fill stopped part-way: a region cut short is no edit.
+    if result.abstained or out_of_time(flag) or text.rstrip() == ep.region.rstrip():
         return ApiChoice(None, "stop", result.stats, ms)
     if ep.region.endswith("\n") and not text.endswith("\n"):
         text += "\n"  # the region's line end stays where it was

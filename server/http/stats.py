@@ -21,6 +21,7 @@ class HttpCounters:
     errors_by_route: dict = field(default_factory=dict)  # route -> errors
     cancelled: int = 0  # requests whose client left before the answer; their job was cancelled
     jobs: int = 0  # engine jobs submitted
+    budget_expired: int = 0  # jobs that reached their time budget (max_time): stopped early, or never ran
     jobs_queued: int = 0  # submitted and not started, now
     jobs_running: int = 0  # on the inference thread, now
     streams_open: int = 0  # streamed answers still being sent, now

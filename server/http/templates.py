@@ -13,9 +13,11 @@ The families, as Zed writes them:
   codestral         [SUFFIX]SUFFIX[PREFIX]PREFIX
   glm               <|code_prefix|>PREFIX<|code_suffix|>SUFFIX<|code_middle|>
 
-Either order of prefix and suffix is read (PSM and SPM). Text before the first sentinel
-(repository-level headers) is dropped; text after the middle sentinel is the start of the
-middle, so it joins the prefix. A prompt with no known sentinel is all prefix.
+Either order of prefix and suffix is read (PSM and SPM). Text before the first sentinel is a
+repository-level header: the files it carries (`<|file_sep|>path` and the like: `repo_files`)
+are kept apart from the prefix, with the path of the file being completed, the rest dropped;
+text after the middle sentinel is the start of the middle, so it joins the prefix. A prompt
+with no known sentinel is all prefix.
 
 `parse_edit` reads Mercury's next-edit prompt (Inception's `/v1/edit/completions`): the file
 between `<|current_file_content|>` tags, headed by `current_file_path: PATH`, with the
@@ -55,6 +57,27 @@ class Fim:
     prefix: str
     suffix: str
     family: str  # the template that matched; "plain" when none did
+    path: str = ""  # the file being completed, when a repository-level header names it
+    files: tuple[tuple[str, str], ...] = ()  # (path, text) of the header's other files
+
+
+# Repository-level prompts (Qwen2.5-Coder, StarCoder) head the FIM part with files, each
+# `SEP path\ntext`; the last names the file being completed (its text is the FIM part).
+FILE_SEPS = ("<|file_sep|>", "<file_sep>", "<filename>")
+MAX_FILES, MAX_FILE_CHARS = 8, 16_000  # of a header's files, the nearest the cursor kept
+
+
+def repo_files(head: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(the completed file's path, (path, text) of the files before it) from the text ahead of
+    the FIM sentinels; ("", ()) when it names no file."""
+    sep = next((s for s in FILE_SEPS if s in head), None)
+    if sep is None:
+        return "", ()
+    parts = [p.split("\n", 1) for p in head.split(sep)[1:]]
+    entries = [(p[0].strip(), p[1] if len(p) > 1 else "") for p in parts]
+    *others, (path, _) = entries
+    kept = tuple((f, t[:MAX_FILE_CHARS]) for f, t in others[-MAX_FILES:] if f)
+    return path, kept
 
 
 def split(prompt: str, suffix: str | None = None) -> Fim:
@@ -66,16 +89,23 @@ def split(prompt: str, suffix: str | None = None) -> Fim:
         p, s = prompt.find(pre), prompt.find(suf)
         if p < 0:
             continue
-        pad = " " if name == "codellama" else ""  # its sentinels carry a space: `<PRE> p <SUF>s <MID>`
-        if s < 0:  # no suffix sentinel: all prefix
-            head, started = _cut_middle(prompt[p + len(pre):], mid, pad)
-            return Fim(_strip(head, pad, pad) + started, "", name)
-        if p < s:  # prefix, suffix, middle
-            tail, started = _cut_middle(prompt[s + len(suf):], mid, pad)
-            return Fim(_strip(prompt[p + len(pre):s], pad, pad) + started, tail, name)
-        head, started = _cut_middle(prompt[p + len(pre):], mid, "")  # suffix, prefix, middle
-        return Fim(head + started, prompt[s + len(suf):p], name)
+        fim = _split_at(prompt, name, pre, suf, mid, p, s)
+        path, files = repo_files(prompt[:p if s < 0 else min(p, s)])
+        return Fim(fim.prefix, fim.suffix, name, path, files)
     return Fim(prompt, "", "plain")
+
+
+def _split_at(prompt: str, name: str, pre: str, suf: str, mid: str, p: int, s: int) -> Fim:
+    """`split` for the family whose prefix sentinel is at `p` (suffix sentinel at `s`, or -1)."""
+    pad = " " if name == "codellama" else ""  # its sentinels carry a space: `<PRE> p <SUF>s <MID>`
+    if s < 0:  # no suffix sentinel: all prefix
+        head, started = _cut_middle(prompt[p + len(pre):], mid, pad)
+        return Fim(_strip(head, pad, pad) + started, "", name)
+    if p < s:  # prefix, suffix, middle
+        tail, started = _cut_middle(prompt[s + len(suf):], mid, pad)
+        return Fim(_strip(prompt[p + len(pre):s], pad, pad) + started, tail, name)
+    head, started = _cut_middle(prompt[p + len(pre):], mid, "")  # suffix, prefix, middle
+    return Fim(head + started, prompt[s + len(suf):p], name)
 
 
 def _cut_middle(text: str, mid: str, pad: str) -> tuple[str, str]:

@@ -8,17 +8,26 @@ more than `max_in_flight` jobs queued or running; a request over the cap waits f
 slot (and gives up the moment it is superseded). If the awaiting task itself is
 cancelled (`$/cancelRequest`), its flag is set and CancelledError propagates.
 
+A `deadline` (time.monotonic() seconds, the end of the request's time budget) bounds the
+wait, and rides on the job's flag a little sooner (pipeline.engine_deadline: the engine stops
+at the next step past it, leaving time to finish that step and post-process): a job not done
+by the deadline (queued behind another, or in a forward that outlasts it) is stopped and the
+caller gets (True, None) at once (`expired` counts them).
+
 It knows nothing of LSP, documents or models; jobs run on the executor it is given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from redraft.engine import CancelFlag
+
+from ..core.pipeline import engine_deadline
 
 MAX_IN_FLIGHT = 2
 
@@ -45,6 +54,7 @@ class Scheduler:
         self.executor = executor
         self.max_in_flight = max_in_flight
         self.peak_in_flight = 0
+        self.expired = 0  # requests answered at their deadline without their job's result
         self._lanes: dict[str, _Lane] = {}
 
     @property
@@ -59,26 +69,35 @@ class Scheduler:
             lane.latest.supersede()
             lane.latest = None
 
-    async def run(self, key: str, fn: Callable[[CancelFlag], Any]) -> tuple[bool, Any]:
+    async def run(self, key: str, fn: Callable[[CancelFlag], Any], deadline: float | None = None
+                  ) -> tuple[bool, Any]:
         lane = self._lanes.setdefault(key, _Lane())
         self.supersede(key)
         me = _Ticket()
+        me.flag.deadline = None if deadline is None else engine_deadline(deadline)
         lane.latest = me
         loop = asyncio.get_running_loop()
         try:
             while lane.running >= self.max_in_flight:
                 slot = loop.create_future()
                 lane.waiters.append(slot)
-                if not await self._first(slot, me):
-                    return False, None
+                if not await self._first(slot, me, _left(deadline)):
+                    if me.superseded.is_set():
+                        return False, None
+                    self.expired += 1
+                    return True, None
             if me.superseded.is_set():
                 return False, None
             lane.running += 1
             self.peak_in_flight = max(self.peak_in_flight, lane.running)
             job = loop.run_in_executor(self.executor, fn, me.flag)
             job.add_done_callback(lambda f: self._finished(key, lane, f))
-            if not await self._first(job, me):
-                return False, None
+            if not await self._first(job, me, _left(deadline)):
+                if me.superseded.is_set():
+                    return False, None
+                me.flag.cancel()  # past its budget: queued, it never starts; running, it stops
+                self.expired += 1
+                return True, None
             return True, job.result()
         except asyncio.CancelledError:
             me.flag.cancel()  # the job may still be queued or running: stop it between steps
@@ -87,11 +106,12 @@ class Scheduler:
             if lane.latest is me:
                 lane.latest = None
 
-    async def _first(self, fut: asyncio.Future, me: _Ticket) -> bool:
-        """Wait for `fut` or for `me` to be superseded; True when `fut` finished first."""
+    async def _first(self, fut: asyncio.Future, me: _Ticket, timeout: float | None = None) -> bool:
+        """Wait for `fut` or for `me` to be superseded (or `timeout` seconds); True when `fut`
+        finished first."""
         sup = asyncio.ensure_future(me.superseded.wait())
         try:
-            await asyncio.wait({fut, sup}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({fut, sup}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             sup.cancel()
         return fut.done() and not me.superseded.is_set()
@@ -106,3 +126,8 @@ class Scheduler:
                 w.set_result(None)
         if lane.running == 0 and lane.latest is None and self._lanes.get(key) is lane:
             del self._lanes[key]
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds a request may still wait for its job (None: no budget)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -38,8 +38,8 @@ from ..core import extra, nextedit, settings
 from ..core.context import Copies, Mode, Snapshot, copies, take_snapshot
 from ..core.document import Change, Document, body, utf16_len
 from ..core.history import EditHistory
-from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Inference, answer_from_drafts, can_judge_edits,
-                              judge_edits)
+from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Answer, Inference, answer_from_drafts,
+                              can_judge_edits, judge_edits)
 from ..core.languages import syntax_for
 from ..core.offers import Offers
 from ..core.postprocess import Edit
@@ -148,6 +148,7 @@ class Session:
         self.publish = None
         self.heard = 0.0  # time.monotonic() of the newest client message (set by the LSP layer)
         self.workspace: Workspace | None = None  # the client's root folders, indexed for drafts
+        self.excluded: set[str] = set()  # open documents redraft never reads (the exclude settings)
 
     # -- settings ------------------------------------------------------------------------
 
@@ -159,6 +160,9 @@ class Session:
         if new != old:  # a suggestion on screen was made under the old settings: none is typed through
             for st in self.docs.values():
                 st.shown = None
+        for uri in [u for u in self.docs if new.excludes(u)]:  # excluded now: forgotten, text and all
+            self.close(uri)
+            self.excluded.add(uri)
         return problems, ((new.model, new.device, new.dtype, new.engine_url)
                           != (old.model, old.device, old.dtype, old.engine_url))
 
@@ -170,7 +174,7 @@ class Session:
         paths = [p for p in (uri_path(r) if "://" in r else Path(r) for r in roots if r) if p is not None]
         paths = [p for p in paths if p.is_dir()]
         if paths:
-            self.workspace = Workspace(paths)
+            self.workspace = Workspace(paths, skip=lambda path: self.config.excludes(str(path)))
 
     def load_model(self, wait: Callable[[], None] | None = None) -> Future:
         c = self.config
@@ -179,6 +183,10 @@ class Session:
     # -- documents -----------------------------------------------------------------------
 
     def open(self, uri: str, text: str, version: int, language_id: str) -> None:
+        if self.config.excludes(uri):  # never read: kept out of everything the session holds
+            self.close(uri)
+            self.excluded.add(uri)
+            return
         old = self.docs.get(uri)
         if old is not None and old.filing is not None:
             old.filing.cancel()
@@ -191,7 +199,8 @@ class Session:
     def change(self, uri: str, version: int, changes) -> None:
         st = self.docs.get(uri)
         if st is None:
-            log.warning("change for %s, which is not open: ignored", uri)
+            if uri not in self.excluded:
+                log.warning("change for %s, which is not open: ignored", uri)
             return
         if version <= st.doc.version:
             # Applied anyway: the edits are the truth the client shows; only the number is off.
@@ -240,6 +249,7 @@ class Session:
         st.filing = loop.call_later(FILE_PAUSE, file_slice)
 
     def close(self, uri: str) -> None:
+        self.excluded.discard(uri)
         st = self.docs.pop(uri, None)
         if st is not None:
             if st.filing is not None:
@@ -258,6 +268,7 @@ class Session:
     async def inline_completion(self, uri: str, line: int, character: int) -> InlineAnswer | None:
         self.stats.requests += 1
         t0 = time.perf_counter()
+        deadline = time.monotonic() + self.config.max_time / 1000  # the budget counts from arrival
         st = self.docs.get(uri)
         if st is None:
             log.info("inline completion for %s, which is not open", uri)
@@ -281,7 +292,7 @@ class Session:
             log.debug("%s: nothing to complete (%s)", uri, snap.reason)
             return self._empty()
         else:
-            done, answer = await self._run(st, snap)
+            done, answer = await self._run(st, snap, deadline)
             if not done:
                 return None
             edit = answer.edit
@@ -293,21 +304,27 @@ class Session:
         start = utf16_len(snap.left)
         return InlineAnswer(snap.row, start, start + utf16_len(snap.right[:edit.replace]), edit.text)
 
-    async def _run(self, st: DocState, snap: Snapshot):
-        """Run the engine for a snapshot (latest wins); remember what it answered for type-through."""
+    async def _run(self, st: DocState, snap: Snapshot, deadline: float):
+        """Run the engine for a snapshot (latest wins) within its budget; remember what it
+        answered for type-through."""
         uri = snap.uri
         if self.inference.starting and self.config.drafts != "off":
             return True, self._answer_while_loading(st, snap)
         snap = self._enrich(st, snap)
         on_preview = self._streamer(snap) if self.config.stream_previews and self.publish is not None else None
         try:
-            done, answer = await self.scheduler.run(uri, partial(self.inference.answer, snap, on_preview=on_preview))
+            done, answer = await self.scheduler.run(uri, partial(self.inference.answer, snap, on_preview=on_preview),
+                                                    deadline)
         except asyncio.CancelledError:
             self.stats.cancelled += 1
             raise
         if not done:
             self.stats.cancelled += 1
             return False, None
+        if answer is None:  # its budget ran out before its job answered
+            answer = Answer(None, False, expired=True)
+        if answer.expired:
+            self.stats.budget_expired += 1
         if answer.ran_model:
             self.stats.model_runs += 1
         if answer.fallback:
@@ -417,7 +434,11 @@ class Session:
             rows = nextedit.Rows(doc.lines, row - reach, row + reach)
             job = partial(refill_edits, self.inference.engine, rows, row, events, self.config.edit_margin)
         if job is not None:
-            done, found = await self.scheduler.run(uri + "#edits", job)
+            # A judged set stops at the budget (judge.py); a refill is one fill, which a budget
+            # would cut to a partial line: it is cancelled by the next change instead.
+            deadline = time.monotonic() + self.config.max_time / 1000 if job.func is judge_edits else None
+            done, found = await self.scheduler.run(uri + "#edits", job, deadline)
+            found = [] if found is None else found
             if not done:
                 self.stats.edits_dropped += 1
                 return at, []
@@ -485,7 +506,7 @@ class Session:
         snap = take_snapshot(st.doc, row, len(left), self.config)
         if snap.mode is Mode.NONE:
             return
-        job = loop.create_task(self._run(st, snap))
+        job = loop.create_task(self._run(st, snap, time.monotonic() + self.config.max_time / 1000))
         st.prefetch = (st.doc.version, row, len(left), job)
         self.stats.prefetched += 1
 
@@ -501,6 +522,7 @@ class Session:
         self.stats.peak_in_flight = self.scheduler.peak_in_flight
         d = self.stats.as_dict()
         d["documents"] = len(self.docs)
+        d["excluded"] = len(self.excluded)
         d["model"] = None if self.inference.engine is None else self.inference.engine.name
         d["model_state"] = self.inference.state
         d["model_error"] = self.inference.load_error

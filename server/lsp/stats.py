@@ -51,6 +51,7 @@ class Counters:
     edits_withheld: int = 0  # proposals not given again: moved past twice in one edit event (with their whole set)
     edits_reversals: int = 0  # proposals withheld because they would undo one of the user's recent edits
     remote_fallbacks: int = 0  # completions the remote engine failed, answered from drafts (or nothing)
+    budget_expired: int = 0  # completions whose time budget (max_time) ran out: stopped early, or never ran
     remote_outages: int = 0  # times the remote engine went away (each told to the client once)
     latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     engine_latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # those that ran it

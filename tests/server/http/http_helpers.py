@@ -7,7 +7,7 @@ import json
 from redraft.server.core.settings import ServerConfig
 from serving import Running  # noqa: F401  (the tests import it from here)
 
-CONFIG = ServerConfig(line_tokens=6, block_tokens=6, max_lines=2)
+CONFIG = ServerConfig(line_tokens=6, block_tokens=6, max_lines=2, max_time=60_000)  # budgets: their own tests
 TOKEN = "s3cret"
 
 

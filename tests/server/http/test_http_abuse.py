@@ -77,7 +77,7 @@ def test_stats_route_is_small_and_counts_nothing_itself(server):
     first, second = stats(server), stats(server)
     assert first == second  # reading the counters does not change them
     assert {"requests", "answered", "rejected", "errors", "errors_by_route", "cancelled", "jobs", "jobs_queued",
-            "jobs_running", "streams_open", "model", "model_error"} == set(first)
+            "jobs_running", "streams_open", "budget_expired", "model", "model_error"} == set(first)
     assert first["model"] == "redraft" and first["model_error"] is None
 
 

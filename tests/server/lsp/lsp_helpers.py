@@ -22,8 +22,10 @@ CAPABILITIES = T.ClientCapabilities(
     general=T.GeneralClientCapabilities(position_encodings=[T.PositionEncodingKind.Utf16]),
 )
 
-# Small spans and windows keep the tiny random model's calls to a few milliseconds.
-OPTIONS = {"lineTokens": 6, "blockTokens": 10, "contextTokens": 256}
+# Small spans and windows keep the tiny random model's calls to a few milliseconds. A wide time
+# budget: these tests check answers, which a busy test machine must not cut short (the budget's
+# own tests set theirs).
+OPTIONS = {"lineTokens": 6, "blockTokens": 10, "contextTokens": 256, "maxTime": 60_000}
 
 
 def init_params(model, **options) -> T.InitializeParams:

@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable
 
-from . import drafts as draft_index
+from . import draftsearch as draft_search
+from .drafts import DraftIndex
 from .copying import CopyLookup
 from .document import Document, body, utf8_len
 from .languages import (ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, FIELD_TYPES, QUOTES, STRING_TYPES, Syntax,
@@ -255,12 +256,12 @@ class Copies:
     """Where copies for a cursor come from: the text before it and the indexes to search."""
 
     before: str
-    sources: tuple[draft_index.DraftSource, ...]
+    sources: tuple[draft_search.DraftSource, ...]
     kind: str | None  # the cursor's syntactic kind (drafts of the same kind rank higher)
     lines: int  # lines of each continuation
 
     def drafts(self, limit: int) -> tuple[Draft, ...]:
-        return tuple(Draft(c.text, c.source) for c in draft_index.lookup(self.before, self.sources, lines=self.lines,
+        return tuple(Draft(c.text, c.source) for c in draft_search.lookup(self.before, self.sources, lines=self.lines,
                                                                           kind=self.kind, limit=limit))
 
     def lookup(self) -> CopyLookup:
@@ -268,18 +269,18 @@ class Copies:
         return CopyLookup(self.before, self.sources, self.lines + 1)
 
 
-def find_drafts(doc: Document, index: draft_index.DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
-                others: list[tuple[str, draft_index.DraftIndex]] = (),
+def find_drafts(doc: Document, index: DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
+                others: list[tuple[str, DraftIndex]] = (),
                 recent: list[tuple[str, int]] = (), limit: int = 4) -> tuple[Draft, ...]:
     """Drafts for a cursor: continuations of the longest matches of the text before it in this
     document (`index`, kept in step with `doc`), in other open documents ((uri, index) pairs)
-    and in recent snippets ((text, first row) pairs), ranked by drafts.lookup."""
+    and in recent snippets ((text, first row) pairs), ranked by draftsearch.lookup."""
     return copies(doc, index, row, col, mode, max_lines, others, recent).drafts(limit)
 
 
-def copies(doc: Document, index: draft_index.DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
-           others: list[tuple[str, draft_index.DraftIndex]] = (), recent: list[tuple[str, int]] = (),
-           workspace: list[tuple[str, draft_index.DraftIndex]] = ()) -> Copies:
+def copies(doc: Document, index: DraftIndex | None, row: int, col: int, mode: Mode, max_lines: int,
+           others: list[tuple[str, DraftIndex]] = (), recent: list[tuple[str, int]] = (),
+           workspace: list[tuple[str, DraftIndex]] = ()) -> Copies:
     """The text before a cursor and the indexes to search for code that continues it (see
     `find_drafts`; `workspace`: (uri, index) of files that are not open, workspace.py)."""
     line = doc.lines[row]
@@ -292,14 +293,14 @@ def copies(doc: Document, index: draft_index.DraftIndex | None, row: int, col: i
         size += len(doc.lines[r])
     before = "".join(reversed(before))[-DRAFT_BEFORE_CHARS:]
     tree = doc.tree
-    kind = None if tree is None else draft_index.syntactic_kind(tree, row, utf8_len(line[:col]))
+    kind = None if tree is None else draft_search.syntactic_kind(tree, row, utf8_len(line[:col]))
     sources = []
     if index is not None:  # None: the document is too large to index (drafts.MAX_INDEX_BYTES)
-        sources.append(draft_index.DraftSource(index, "buffer", doc.uri, (row, col),
-                                               kind_at=None if tree is None else draft_index.tree_kind_at(tree, index)))
-    sources += [draft_index.DraftSource(ix, "open", uri) for uri, ix in others]
-    sources += [draft_index.recent_source(text, doc.uri, first) for text, first in recent]
-    sources += [draft_index.DraftSource(ix, "workspace", uri) for uri, ix in workspace]
+        sources.append(draft_search.DraftSource(index, "buffer", doc.uri, (row, col),
+                                               kind_at=None if tree is None else draft_search.tree_kind_at(tree, index)))
+    sources += [draft_search.DraftSource(ix, "open", uri) for uri, ix in others]
+    sources += [draft_search.recent_source(text, doc.uri, first) for text, first in recent]
+    sources += [draft_search.DraftSource(ix, "workspace", uri) for uri, ix in workspace]
     return Copies(before, tuple(sources), kind, max_lines if mode is Mode.BLOCK else 1)
 
 
@@ -314,13 +315,13 @@ def text_snapshot(uri: str, text: str, cursor: int, config: ServerConfig, langua
 
 
 def own_drafts(snap: Snapshot, doc: Document, config: ServerConfig,
-               index: draft_index.DraftIndex | None = None,
-               workspace: list[tuple[str, draft_index.DraftIndex]] = ()) -> Snapshot:
+               index: DraftIndex | None = None,
+               workspace: list[tuple[str, DraftIndex]] = ()) -> Snapshot:
     """The snapshot with drafts and the cache model's lookup from its own document only (per
     the drafts and cache settings), and from `workspace` files when given (the evaluation's)."""
     if config.drafts == "off" and not config.cache:
         return snap
-    index = index or draft_index.DraftIndex(doc.lines)
+    index = index or DraftIndex(doc.lines)
     found = copies(doc, index, snap.row, snap.col, snap.mode, config.max_lines, workspace=workspace)
     return replace(snap, drafts=() if config.drafts == "off" else found.drafts(config.max_drafts),
                    lookup=found.lookup() if config.cache else None)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from redraft.engine import Continuation
 
-from . import drafts as draft_index
+from . import draftsearch as draft_search
 
 SOURCE_WEIGHT = {"buffer": 1.0, "recent": 1.0, "open": 0.5, "workspace": 0.5}
 PER_SOURCE = 8  # matches per index and query
@@ -28,7 +28,7 @@ BEFORE_CHARS = 4096  # of the text before the position, at most (as for drafts)
 class CopyLookup:
     """lookup(typed) -> continuations after the cursor's text `before` plus `typed`."""
 
-    def __init__(self, before: str, sources: Sequence[draft_index.DraftSource], lines: int,
+    def __init__(self, before: str, sources: Sequence[draft_search.DraftSource], lines: int,
                  per_source: int = PER_SOURCE, limit: int = LIMIT) -> None:
         # (no syntactic kinds: the tree belongs to the event loop, this runs on the engine's thread)
         self.before, self.sources, self.lines = before, tuple(sources), max(lines, 1)
@@ -36,6 +36,6 @@ class CopyLookup:
 
     def __call__(self, typed: str) -> list[Continuation]:
         text = (self.before + typed)[-BEFORE_CHARS:]
-        found = draft_index.lookup(text, self.sources, lines=self.lines, limit=self.limit,
+        found = draft_search.lookup(text, self.sources, lines=self.lines, limit=self.limit,
                                    per_source=self.per_source, distinct=False)
         return [Continuation(c.text, c.matched, SOURCE_WEIGHT.get(c.source, 0.5)) for c in found]

@@ -3,7 +3,7 @@
 Code repeats itself, so continuing the longest earlier (or later) match of the text before
 the cursor, found elsewhere in the same file, in other open files or in recently edited
 regions, is often right (prompt-lookup decoding). A `DraftIndex` keeps one document's lines
-indexed as they are edited; `lookup` (draftsearch.py, re-exported here) asks several indexes
+indexed as they are edited; `lookup` (draftsearch.py) asks several indexes
 and ranks what they propose.
 
 Index: every position whose preceding character is not whitespace is filed under the
@@ -442,15 +442,3 @@ class DraftIndex:
 
 def _blank(s: str) -> bool:
     return not s.strip(" \t")
-
-
-# Looking drafts up in several documents (draftsearch.py), where they have always been found.
-_MOVED = ("DraftCandidate", "DraftSource", "SAME_KIND_BONUS", "SOURCE_RANK", "lookup", "recent_source",
-          "syntactic_kind", "tree_kind_at")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        from . import draftsearch
-        return getattr(draftsearch, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,8 @@ import pytest
 from redraft.engine import CacheModel, Engine
 from redraft.server.core.copying import CopyLookup
 from redraft.server.core.document import split_lines
-from redraft.server.core.drafts import KEY_CHARS, DraftIndex, DraftSource
+from redraft.server.core.drafts import KEY_CHARS, DraftIndex
+from redraft.server.core.draftsearch import DraftSource
 
 PIECES = ["foo(bar", "x)", ".baz", "ab", "=", "1", "qux", "\n", "\n"]  # repeats often; no blanks, so no indentation
 LINES = 2

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from redraft.server.core import drafts
+from redraft.server.core import drafts, draftsearch
 from redraft.server.core.document import Document, split_lines, utf8_len
-from redraft.server.core.drafts import (KEY_CHARS, DraftIndex, DraftSource, Match, lookup, recent_source,
-                                   syntactic_kind, tree_kind_at)
+from redraft.server.core.drafts import KEY_CHARS, DraftIndex, Match
+from redraft.server.core.draftsearch import DraftSource, lookup, recent_source, syntactic_kind, tree_kind_at
 from redraft.server.core.languages import new_parser, syntax_for
 
 WS = " \t\r\n\f\v"
@@ -366,4 +366,4 @@ def test_lookup_prefers_the_cursors_kind():
     assert [(c.text, c.matched) for c in plain] == [(" * 2", 13), (" + 1", 13)]  # nearest first
     ranked = DraftSource(idx, cursor=cursor, kind_at=tree_kind_at(tree, idx))
     same = lookup("return self.x", [ranked], kind=kind)
-    assert [(c.text, c.score) for c in same] == [(" + 1", 13 + drafts.SAME_KIND_BONUS), (" * 2", 13.0)]
+    assert [(c.text, c.score) for c in same] == [(" + 1", 13 + draftsearch.SAME_KIND_BONUS), (" * 2", 13.0)]

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from redraft.engine import prompt
-from redraft.server.core import context, drafts, extra, nextedit, sites
+from redraft.server.core import context, drafts, draftsearch, extra, nextedit, sites
 from redraft.server.core.context import Mode, Snapshot, build, find_drafts, statement_rows, take_snapshot
 from redraft.server.core.document import Document, split_lines, utf8_len, utf16_to_index
 from redraft.server.core.history import EditHistory
@@ -257,8 +257,8 @@ def test_drafts_match_a_bounded_stretch_before_the_cursor(monkeypatch):
     line = "call(alpha, beta); " * 300_000
     d = doc(line + "\n" + "call(alpha, ", "plaintext", "file:///min.txt")
     asked = []
-    lookup = drafts.lookup
-    monkeypatch.setattr(drafts, "lookup", lambda before, *a, **kw: asked.append(len(before)) or lookup(before, *a, **kw))
+    lookup = draftsearch.lookup
+    monkeypatch.setattr(draftsearch, "lookup", lambda before, *a, **kw: asked.append(len(before)) or lookup(before, *a, **kw))
     index = drafts.DraftIndex(split_lines(line[:10_000] + "\n" + "call(alpha, "))
     got = find_drafts(d, index, 1, 12, Mode.ARGS, 8)
     assert asked == [context.DRAFT_BEFORE_CHARS]

@@ -36,6 +36,27 @@ def train_tokenizer(texts, vocab_size: int = 12288) -> Tokenizer:
     return tok
 
 
+def sample_by_language(docs: list[dict], mb_per_lang: float, seed: int = 0) -> dict[str, list[str]]:
+    """Up to `mb_per_lang` MB of texts per language ("lang" of each record; Python when absent),
+    files drawn at random: every language gets its merges, whatever its share of the corpus."""
+    import random
+    by_lang: dict[str, list[str]] = {}
+    for d in docs:
+        by_lang.setdefault(d.get("lang", "python"), []).append(d["text"])
+    rng = random.Random(seed)
+    out = {}
+    for lang, texts in sorted(by_lang.items()):
+        rng.shuffle(texts)
+        got, size = [], 0
+        for t in texts:
+            if size >= mb_per_lang * 1e6:
+                break
+            got.append(t)
+            size += len(t.encode())
+        out[lang] = got
+    return out
+
+
 def save_tokenizer(tok: Tokenizer, folder: Path) -> None:
     import json
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,9 +73,14 @@ def main(argv=None) -> int:
                                  description="Train redraft's byte-level BPE on a corpus' training split.")
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--vocab", type=int, default=12288)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--sample-mb", type=float, default=0,
+                    help="train on this many MB of each language, drawn at random (default: the whole split)")
     args = ap.parse_args(argv)
-    tok = train_tokenizer((d["text"] for d in read_split(args.corpus, "train")), args.vocab)
+    docs = read_split(args.corpus, "train")
+    texts = ((d["text"] for d in docs) if not args.sample_mb else
+             (t for ts in sample_by_language(docs, args.sample_mb).values() for t in ts))
+    tok = train_tokenizer(texts, args.vocab)
     save_tokenizer(tok, args.out)
     print(args.out / "tokenizer.json")
     return 0

@@ -12,30 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from pathlib import Path
 
 from redraft.engine.training.corpus import read_split
-from redraft.engine.training.tokenizer import train_tokenizer
-
-
-def sample(docs: list[dict], mb_per_lang: float, seed: int) -> dict[str, list[str]]:
-    """Up to `mb_per_lang` MB of texts per language, files drawn at random."""
-    by_lang: dict[str, list[str]] = {}
-    for d in docs:
-        by_lang.setdefault(d.get("lang", "python"), []).append(d["text"])
-    rng = random.Random(seed)
-    out = {}
-    for lang, texts in by_lang.items():
-        rng.shuffle(texts)
-        got, size = [], 0
-        for t in texts:
-            if size >= mb_per_lang * 1e6:
-                break
-            got.append(t)
-            size += len(t.encode())
-        out[lang] = got
-    return out
+from redraft.engine.training.tokenizer import sample_by_language, train_tokenizer
 
 
 def main() -> None:
@@ -46,8 +26,8 @@ def main() -> None:
     ap.add_argument("--valid-mb", type=float, default=2.0, help="measured text per language (MB)")
     ap.add_argument("--save", type=Path, default=None, help="keep each tokenizer under SAVE/vocab-N/")
     args = ap.parse_args()
-    train_texts = sample(read_split(args.corpus, "train"), args.sample_mb, 0)
-    valid_texts = sample(read_split(args.corpus, "valid"), args.valid_mb, 1)
+    train_texts = sample_by_language(read_split(args.corpus, "train"), args.sample_mb, 0)
+    valid_texts = sample_by_language(read_split(args.corpus, "valid"), args.valid_mb, 1)
     for v in args.vocab:
         tok = train_tokenizer((t for texts in train_texts.values() for t in texts), v)
         if args.save:

@@ -5,7 +5,9 @@
 
 Random token rows, the autoregressive objective (every position carries a loss, so the output
 head's cost is all there), batch × seq tokens a step, Muon + AdamW as the trainer uses them.
-The first two steps (warm-up, compilation) are not timed; the median of the rest is reported.
+The first two steps (warm-up, compilation) are not timed; the median of the rest is reported,
+as wall-clock tokens a second and as CPU seconds (all threads) per thousand tokens — the second
+holds its value on a machine busy with other work, where the wall clock does not.
 Used to pick the tokenizer's size (compression per byte against the head's cost) and the
 training modes that pay on this CPU.
 """
@@ -26,18 +28,18 @@ from redraft.engine.training.train import SHAPE, loss_of
 
 
 def tokens_per_second(vocab: int, shape: dict, batch: int, seq: int, steps: int, bf16: bool, compile_: bool,
-                      optimizer: str) -> float:
+                      optimizer: str) -> tuple[float, float]:
     cfg = ModelConfig(**dict(shape, vocab_size=vocab), tie_word_embeddings=True, family="redraft", shifted=True,
                       attention="causal", mask_token_id=1, pad_token_id=0, end_token_ids=(0,))
     model = DiffusionLM(cfg).train()
     opt = build_optimizers(model, 1e-3, optimizer)
     fwd = torch.compile(loss_of) if compile_ else loss_of
     g = torch.Generator().manual_seed(0)
-    times = []
+    times, cpu = [], []
     for i in range(steps + 2):
         ids = torch.randint(2, vocab, (batch, seq), generator=g)
         b = dict(ids=ids, target=torch.roll(ids, -1, 1), weight=torch.ones(batch, seq), causal=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = fwd(model, b)
         opt.zero_grad(set_to_none=True)
@@ -46,7 +48,8 @@ def tokens_per_second(vocab: int, shape: dict, batch: int, seq: int, steps: int,
         opt.step()
         if i >= 2:
             times.append(time.perf_counter() - t0)
-    return batch * seq / statistics.median(times)
+            cpu.append(time.process_time() - c0)
+    return batch * seq / statistics.median(times), statistics.median(cpu) / (batch * seq / 1000)
 
 
 def main() -> None:
@@ -66,10 +69,10 @@ def main() -> None:
     for prec in args.precision:
         for comp in ([False, True] if args.compile else [False]):
             for v in args.vocab:
-                tps = tokens_per_second(v, shape, args.batch, args.seq, args.steps, prec == "bf16", comp, args.optimizer)
+                tps, cpu_per_k = tokens_per_second(v, shape, args.batch, args.seq, args.steps, prec == "bf16", comp, args.optimizer)
                 print(json.dumps(dict(vocab=v, precision=prec, compile=comp, batch=args.batch, seq=args.seq,
                                       layers=shape["num_hidden_layers"], hidden=shape["hidden_size"],
-                                      tokens_per_s=round(tps))), flush=True)
+                                      tokens_per_s=round(tps), cpu_s_per_1k_tokens=round(cpu_per_k, 4))), flush=True)
 
 
 if __name__ == "__main__":

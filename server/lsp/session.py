@@ -1,14 +1,15 @@
 """The Session: every piece of the server's mutable state, and the one keystroke path.
 
-It owns the open documents (text, tree, edit history, draft index, the suggestion last
-answered for type-through), the settings, the counters, the scheduler and the inference
-back end. Edit notifications only mutate it and return. `inline_completion` takes a frozen
-snapshot on the event loop (with the extra context and the drafts looked up there, where
-the documents are current), answers from the suggestion on screen when the user typed a
-prefix of it (no model run), and otherwise hands the snapshot to the scheduler, which
-runs the engine on its own executor. While the process's first model loads (that load holds
-the executor), the drafts answer at once on the event loop instead of queueing behind it.
-After an accept, the next completion is computed ahead of time at the end of the accepted text.
+It owns the open documents (a DocState each, docstate.py: text, tree, edit history, draft
+index, the suggestion last answered for type-through), the settings, the counters, the
+scheduler and the inference back end. Edit notifications only mutate it and return.
+`inline_completion` takes a frozen snapshot on the event loop (with the extra context and
+the drafts looked up there, where the documents are current), answers from the suggestion on
+screen when the user typed a prefix of it (no model run), and otherwise hands the snapshot to
+the scheduler, which runs the engine on its own executor. While the process's first model
+loads (that load holds the executor), the drafts answer at once on the event loop instead of
+queueing behind it. After an accept, the next completion is computed ahead of time at the end
+of the accepted text.
 
 Size: nothing here grows with the document. An edit costs the lines it touched: the draft
 index files at most drafts.FILE_NOW_CHARS of them per message and the rest in later slices
@@ -28,7 +29,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -36,31 +37,18 @@ from typing import Callable
 from ..core import drafts as draft_index
 from ..core import extra, nextedit, settings
 from ..core.context import Copies, Mode, Snapshot, copies, take_snapshot
-from ..core.document import Change, Document, body, utf16_len
-from ..core.history import EditHistory
+from ..core.document import Document, body, utf16_len
 from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Answer, Inference, answer_from_drafts,
                               can_judge_edits, judge_edits)
 from ..core.languages import syntax_for
-from ..core.offers import Offers
-from ..core.postprocess import Edit
 from ..core.refill import refill_edits, refill_row
 from ..core.remote import RemoteEngine
 from ..core.workspace import Workspace, uri_path
+from .docstate import DocState, Suggestion, rows_touched, type_through
 from .scheduler import Scheduler
 from .stats import Counters
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    """What the client was last given for a document: the basis of type-through."""
-
-    row: int
-    left: str  # the cursor line left of the cursor, when it was answered
-    right: str
-    nlines: int
-    edit: Edit
 
 
 @dataclass(frozen=True)
@@ -72,35 +60,6 @@ class InlineAnswer:
     start: int
     end: int
     text: str
-
-
-@dataclass
-class DocState:
-    doc: Document
-    index: draft_index.DraftIndex | None  # None while the document is over drafts.MAX_INDEX_BYTES
-    history: EditHistory = field(default_factory=EditHistory)
-    shown: Suggestion | None = None
-    expect: tuple[int, str, str] | None = None  # after an accept: (row, left, right) the buffer will show
-    event_before: nextedit.Before | None = None  # the text around the newest edit event as it began
-    edits: tuple[int, list] | None = None  # (version, next-edit proposals) computed for that version
-    offers: Offers = field(default_factory=Offers)  # next edits given to the client, and moved past
-    edit_timer: asyncio.TimerHandle | None = None  # the debounced next-edit computation
-    prefetch: tuple[int, int, int, asyncio.Future] | None = None  # (version, row, col, job) computed ahead
-    file_budget: int = 0  # characters the draft index may still file now, for the message being applied
-    filing: asyncio.Handle | None = None  # the next slice of pending draft-index filing
-
-    def on_change(self, change: Change) -> None:
-        if self.index is None:
-            return
-        if self.doc.size_bytes > draft_index.MAX_INDEX_BYTES:
-            self.index = None  # rebuilt once the document is small enough again
-            self.doc.note_limit("index", f"over {draft_index.MAX_INDEX_BYTES >> 20} MB: no drafts from it")
-            return
-        filed = self.index.filed_chars
-        self.index.replace_lines(change.line, change.old_lines,
-                                 self.doc.lines[change.line:change.line + change.new_lines],
-                                 file_chars=max(self.file_budget, 0))
-        self.file_budget -= self.index.filed_chars - filed
 
 
 PREVIEW = "redraft/preview"  # the engine's text after each denoising step, for clients that ask
@@ -121,18 +80,6 @@ def _head(text: str, chars: int) -> str:
         return text
     cut = text.rfind("\n", 0, chars)
     return text[:cut + 1] if cut >= 0 else text[:chars]
-
-
-def _rows_touched(changes, nlines: int) -> tuple[int, int]:
-    """First and last row a message's content changes touch (all rows for a whole-text one),
-    in the document as it is before them."""
-    first, last = nlines, -1
-    for rng, _ in changes:
-        if rng is None:
-            return 0, nlines - 1
-        first = min(first, max(0, min(rng[0], nlines - 1)))
-        last = max(last, max(0, min(rng[2], nlines - 1)))
-    return (first, last) if last >= 0 else (0, -1)
 
 
 class Session:
@@ -206,7 +153,7 @@ class Session:
             # Applied anyway: the edits are the truth the client shows; only the number is off.
             log.warning("%s: version %d after %d (out of order)", uri, version, st.doc.version)
         now = self.clock()
-        before = nextedit.Before.around(st.doc.lines, *_rows_touched(changes, len(st.doc.lines)))
+        before = nextedit.Before.around(st.doc.lines, *rows_touched(changes, len(st.doc.lines)))
         st.file_budget = draft_index.FILE_NOW_CHARS
         new_event = False
         for change in st.doc.apply(changes, version, on_change=st.on_change):
@@ -283,7 +230,7 @@ class Session:
         if pending is not None and pending[:3] == (st.doc.version, *pos):
             await asyncio.shield(pending[3])  # computed ahead after an accept: its answer is on screen next
         snap = take_snapshot(st.doc, *pos, self.config)
-        edit = self._type_through(st, snap)
+        edit = type_through(st, snap)
         if edit is not None:
             self.scheduler.supersede(uri)  # a newer request: whatever ran for the old text is stale
             self.stats.type_through += 1
@@ -384,21 +331,6 @@ class Session:
     def _empty(self) -> None:
         self.stats.empty += 1
         return None
-
-    @staticmethod
-    def _type_through(st: DocState, snap: Snapshot) -> Edit | None:
-        """The rest of the suggestion on screen when the user typed a prefix of it."""
-        s = st.shown
-        if s is None or s.row != snap.row or s.nlines != snap.nlines:
-            return None
-        left, right = snap.left, snap.right
-        if right != s.right or not left.startswith(s.left):
-            return None
-        typed = left[len(s.left):]
-        text = s.edit.text
-        if "\n" in typed or not text.startswith(typed) or len(typed) >= len(text):
-            return None
-        return Edit(text[len(typed):], s.edit.replace)
 
     # -- next edits ----------------------------------------------------------------------
 

@@ -59,3 +59,20 @@ def test_npm_test_runs_the_unit_tests(ext):
     passed = [line for line in done.stdout.splitlines() if line.startswith("# pass ")]
     assert passed and int(passed[0].split()[-1]) > 0, done.stdout
     assert "# fail 0" in done.stdout
+
+
+def test_settings_for_server_options_match_the_server():
+    """The extension's time budget and excluded files: the defaults and range it declares are
+    the server's, and the server takes its defaults without a problem."""
+    from redraft.server.core import settings
+
+    manifest = json.loads((EXT / "package.json").read_text(encoding="utf-8"))
+    props = manifest["contributes"]["configuration"]["properties"]
+    base = settings.ServerConfig()
+    lo, hi = settings._INT_RANGES["max_time"]
+    assert (props["redraft.maxTime"]["minimum"], props["redraft.maxTime"]["maximum"]) == (lo, hi)
+    sent = {key: props[f"redraft.{key}"]["default"] for key in ("maxTime", "exclude", "excludeSecrets")}
+    parsed, problems = settings.parse(sent, base)
+    assert problems == [] and parsed == base
+    parsed, problems = settings.parse({"maxTime": 1500, "exclude": ["*.local.py"], "excludeSecrets": False}, base)
+    assert problems == [] and (parsed.max_time, parsed.exclude, parsed.exclude_secrets) == (1500, ("*.local.py",), False)

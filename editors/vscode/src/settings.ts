@@ -25,6 +25,9 @@ export interface Settings {
   nextEdit: boolean; // next-edit suggestions (computed ahead by the server, shown here)
   streamPreviews: boolean; // ask the server for `redraft/preview` notifications
   showPreviews: boolean; // show those previews in the "redraft previews" output channel
+  maxTime: number; // a request's time budget in ms, waiting included (server: 1..60000)
+  exclude: string[]; // globs of files never read, on top of the secret-file defaults
+  excludeSecrets: boolean; // also never read the usual secret files (.env, keys, credentials)
   serverSettings: Record<string, unknown>; // any other server setting, passed as is
 }
 
@@ -40,6 +43,9 @@ export const DEFAULTS: Readonly<Settings> = Object.freeze({
   nextEdit: true,
   streamPreviews: false,
   showPreviews: false,
+  maxTime: 500,
+  exclude: [],
+  excludeSecrets: true,
   serverSettings: {},
 });
 
@@ -62,6 +68,9 @@ const CHECKS: { [K in keyof Settings]: Check } = {
   nextEdit: isBool,
   streamPreviews: isBool,
   showPreviews: isBool,
+  maxTime: (v) => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= 60000,
+  exclude: (v) => Array.isArray(v) && v.every((g) => typeof g === "string" && g.trim().length > 0),
+  excludeSecrets: isBool,
   serverSettings: isObject,
 };
 
@@ -94,6 +103,9 @@ export function serverOptions(s: Settings): Record<string, unknown> {
     maxLines: s.maxLines,
     nextEdit: s.nextEdit,
     streamPreviews: s.streamPreviews || s.showPreviews,
+    maxTime: s.maxTime,
+    exclude: [...s.exclude],
+    excludeSecrets: s.excludeSecrets,
   };
 }
 

@@ -36,6 +36,7 @@ from typing import Callable
 
 from . import draftsearch as draft_search
 from .drafts import DraftIndex
+from .linecopy import plain_copy
 from .copying import CopyLookup
 from .document import Document, body, utf8_len
 from .languages import (ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, FIELD_TYPES, QUOTES, STRING_TYPES, Syntax,
@@ -249,6 +250,8 @@ DRAFT_CONTEXT_LINES = 8  # lines above the cursor a draft's match may reach back
 # Characters before the cursor a draft's match may cover: matches past ~50 characters are
 # nearly always right already (drafts.py), and this keeps a 5 MB line from being compared.
 DRAFT_BEFORE_CHARS = 4096
+# The plain copy's window (linecopy.py): its nearest match above, its first below.
+PLAIN_ABOVE_CHARS, PLAIN_BELOW_CHARS = 16384, 4096
 
 
 @dataclass(frozen=True)
@@ -259,10 +262,17 @@ class Copies:
     sources: tuple[draft_search.DraftSource, ...]
     kind: str | None  # the cursor's syntactic kind (drafts of the same kind rank higher)
     lines: int  # lines of each continuation
+    around: tuple[str, str] = ("", "")  # bounded text before and after the cursor, for the plain copy
 
     def drafts(self, limit: int) -> tuple[Draft, ...]:
-        return tuple(Draft(c.text, c.source) for c in draft_search.lookup(self.before, self.sources, lines=self.lines,
-                                                                          kind=self.kind, limit=limit))
+        found = tuple(Draft(c.text, c.source) for c in draft_search.lookup(self.before, self.sources, lines=self.lines,
+                                                                           kind=self.kind, limit=limit))
+        if self.lines > 1 or len(found) >= limit:
+            return found
+        # Last on a line: the plain copy (linecopy.py), whose short keys and matches below the
+        # cursor answer where the index finds nothing.
+        line = plain_copy(*self.around)
+        return found if not line or any(d.text == line for d in found) else found + (Draft(line, "buffer"),)
 
     def lookup(self) -> CopyLookup:
         """The cache model's lookup; one line more than drafts, so that it knows how lines end."""
@@ -301,7 +311,26 @@ def copies(doc: Document, index: DraftIndex | None, row: int, col: int, mode: Mo
     sources += [draft_search.DraftSource(ix, "open", uri) for uri, ix in others]
     sources += [draft_search.recent_source(text, doc.uri, first) for text, first in recent]
     sources += [draft_search.DraftSource(ix, "workspace", uri) for uri, ix in workspace]
-    return Copies(before, tuple(sources), kind, max_lines if mode is Mode.BLOCK else 1)
+    around = _around(doc, row, col) if mode is not Mode.BLOCK else ("", "")
+    return Copies(before, tuple(sources), kind, max_lines if mode is Mode.BLOCK else 1, around)
+
+
+def _around(doc: Document, row: int, col: int) -> tuple[str, str]:
+    """The document's text before the cursor (PLAIN_ABOVE_CHARS at most, whole lines but the
+    cursor's) and after it (PLAIN_BELOW_CHARS at most): bounded, whatever the document's size."""
+    line = doc.lines[row]
+    above, r = [line[max(0, col - PLAIN_ABOVE_CHARS):col]], row - 1
+    size = len(above[0])
+    while r >= 0 and size < PLAIN_ABOVE_CHARS:
+        above.append(doc.lines[r])
+        size += len(doc.lines[r])
+        r -= 1
+    below, size, r = [line[col:col + PLAIN_BELOW_CHARS]], len(line) - col, row + 1
+    while r < len(doc.lines) and size < PLAIN_BELOW_CHARS:
+        below.append(doc.lines[r])
+        size += len(doc.lines[r])
+        r += 1
+    return "".join(reversed(above))[-PLAIN_ABOVE_CHARS:], "".join(below)[:PLAIN_BELOW_CHARS]
 
 
 def text_snapshot(uri: str, text: str, cursor: int, config: ServerConfig, language: str = "",

@@ -1,10 +1,10 @@
 """The copy baseline of `redraft eval infill` and the benchmarks: what copying gives alone.
 
 Two copy rules, no model, no other documents:
-- the plain copy (`plain_copy`), what a 20-line copy server does: the longest suffix of the
-  cursor line's text before the cursor (40 down to 3 characters) that occurs elsewhere in the
-  document, its nearest occurrence above the cursor, else its first below; the answer is the
-  rest of that occurrence's line, unchanged, when it is not empty;
+- the plain copy (core/linecopy.py), what a 20-line copy server does: the longest suffix of
+  the cursor line's text before the cursor (40 down to 3 characters) that occurs elsewhere in
+  the document, its nearest occurrence above the cursor, else its first below; the answer is
+  the rest of that occurrence's line, unchanged, when it is not empty;
 - the index copy (`copy_draft`): the longest earlier match of all the text before the cursor
   (drafts.DraftIndex, ties to the row nearest the cursor), continued and post-processed the
   way the server shows a draft (inference.answer_from_drafts).
@@ -25,32 +25,11 @@ from ..core.context import Draft, Mode, Snapshot
 from ..core.document import split_lines
 from ..core.drafts import DraftIndex
 from ..core.inference import Answer, answer_from_drafts
+from ..core.linecopy import plain_copy
 from ..core.postprocess import Edit
 
 SOURCE = "copy"
 PLAIN = "plain copy"
-LONGEST, SHORTEST = 40, 3  # characters of the cursor line's text the plain copy looks for
-
-
-def plain_copy(before: str, after: str) -> str | None:
-    """The rest of the line after the longest suffix (LONGEST down to SHORTEST characters) of the
-    cursor line's text in `before` that occurs elsewhere in `before + after`: the nearest
-    occurrence above the cursor, else the first below. None when none occurs or its line ends there."""
-    left = before[before.rfind("\n") + 1:]
-    for n in range(min(LONGEST, len(left)), SHORTEST - 1, -1):
-        key = left[-n:]
-        at = before.rfind(key, 0, len(before) - 1)  # not the occurrence that ends at the cursor
-        if at >= 0:
-            start, text = at + n, before + after
-        else:
-            below = after.find(key)
-            if below < 0:
-                continue
-            start, text = below + n, after
-        end = text.find("\n", start)
-        rest = text[start:end if end >= 0 else len(text)]
-        return rest or None
-    return None
 
 
 def copy_draft(index: DraftIndex, before: str, lines: int) -> str | None:

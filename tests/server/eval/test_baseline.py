@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 import tiny
+from redraft.server.core import linecopy
 from redraft.server.core.context import Draft, text_snapshot
 from redraft.server.core.document import split_lines
 from redraft.server.core.drafts import DraftIndex
@@ -154,25 +155,25 @@ def test_the_copy_is_the_copy_alone_whatever_the_names_setting():
 
 def test_plain_copy_takes_the_nearest_occurrence_above():
     before = "a = f(x, 1)\nb = f(x, 2)\nc = f(x"
-    assert baseline.plain_copy(before, "\n") == ", 2)"
+    assert linecopy.plain_copy(before, "\n") == ", 2)"
 
 
 def test_plain_copy_takes_the_longest_suffix_first():
     # " = g(" is longer than "g(" and only the first line has it; the nearer line has "g(" alone.
     before = "k = g(1, 'long')\nprint(g(2))\nm = g("
-    assert baseline.plain_copy(before, "") == "1, 'long')"
+    assert linecopy.plain_copy(before, "") == "1, 'long')"
 
 
 def test_plain_copy_looks_below_when_nothing_above_matches():
     before = "def main():\n    run_all(sys"
     after = "\n\n\ndef run_all(items):\n    pass\n\nrun_all(sys.argv[1:])\n"
-    assert baseline.plain_copy(before, after) == ".argv[1:])"
+    assert linecopy.plain_copy(before, after) == ".argv[1:])"
 
 
 def test_plain_copy_abstains_on_its_own_text_and_at_a_line_end():
-    assert baseline.plain_copy("x = unique_name", "\n") is None  # only the cursor's own occurrence
-    assert baseline.plain_copy("x = 1 + total\ntotal", "") is None  # the match ends its line: nothing to copy
-    assert baseline.plain_copy("ab\nab", "") is None  # under 3 characters: no key
+    assert linecopy.plain_copy("x = unique_name", "\n") is None  # only the cursor's own occurrence
+    assert linecopy.plain_copy("x = 1 + total\ntotal", "") is None  # the match ends its line: nothing to copy
+    assert linecopy.plain_copy("ab\nab", "") is None  # under 3 characters: no key
 
 
 def test_the_baseline_answers_wherever_the_plain_copy_does():

@@ -27,7 +27,9 @@ import multiprocessing
 import re
 import shutil
 import sys
+import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 from . import corpus_sources as src
@@ -39,10 +41,10 @@ from .corpus_license import PERMISSIVE, verdict
 from .corpus_sources import stdlib_files  # noqa: F401  (re-exported: tests build tiny corpora from it)
 
 PINS = Path(__file__).with_name("corpus_packages.json")
-SOURCES = ("python", "npm", "go", "rust")
+SOURCES = ("python", "npm", "node", "go", "rust")  # node: Debian's node-* packages
 SPLITS = ("heldout", "valid", "train")  # dedup order: what evaluation sees is kept first
 BYTES_PER_TOKEN = 3.7  # an estimate for code under a byte-level BPE; token counts in the manifest use it
-STDLIB = ("python", "cpython-stdlib", "%d.%d.%d" % sys.version_info[:3], "train")
+STDLIB = "cpython-stdlib"  # a python pin of this name is the running interpreter's standard library
 
 
 class CorpusError(Exception):
@@ -59,6 +61,8 @@ def group_key(source: str, name: str) -> str:
     """What a split is decided on: a Rust crate's versioned packages are one group."""
     if source == "rust":
         name = re.sub(r"-\d+(\.\d+)*-dev$", "-dev", name)
+    if source == "node":  # Debian's node-foo is npm's foo
+        source, name = "npm", name.removeprefix("node-")
     if source == "python":
         name = re.sub(r"[-_.]+", "-", name).lower()
     return f"{source}:{name}"
@@ -76,12 +80,14 @@ def fetch(pins: list[tuple[str, str, str, str]], cache: Path) -> None:
     by = {s: [(n, v) for source, n, v, _ in pins if source == s] for s in SOURCES}
     src.fetch_wheels(cache / "pypi", by["python"])
     src.fetch_npm(cache / "npm", by["npm"])
-    src.fetch_debs(cache, by["go"] + by["rust"])
+    src.fetch_debs(cache, by["node"] + by["go"] + by["rust"])
 
 
 def read_package(pin: tuple[str, str, str, str], cache: Path) -> tuple[list[str], list] | None:
     source, name, version, _split = pin
-    if pin == STDLIB:
+    if source == "python" and name == STDLIB:
+        if version != "%d.%d.%d" % sys.version_info[:3]:
+            print(f"corpus: pinned {STDLIB} {version}, reading {sys.version.split()[0]}", file=sys.stderr)
         return ["PSF-2.0"], src.stdlib_files()
     if source == "python":
         path = src.wheel_path(cache / "pypi", name, version)
@@ -131,13 +137,18 @@ def _signatures(pin: tuple, cache: Path, texts: list[str]) -> tuple[list[str], l
 
 
 def prepare_all(job: tuple) -> dict:
-    out = prepare(job)
-    out["keys"], out["sigs"] = _signatures(job[0], job[1], [t for _, t, _ in out["files"]])
+    """prepare, then the files' dedup keys; a package that cannot be read is reported and left out."""
+    try:
+        out = prepare(job)
+        out["keys"], out["sigs"] = _signatures(job[0], job[1], [t for _, t, _ in out["files"]])
+    except (OSError, ValueError, IndexError, KeyError, UnicodeError, tarfile.TarError, zipfile.BadZipFile) as e:
+        print(f"corpus: {job[0][1]} {job[0][2]}: {type(e).__name__}: {e}", file=sys.stderr)
+        return {"pin": job[0], "files": [], "skipped": {}, "license": "", "error": f"{type(e).__name__}: {e}"}
     return out
 
 
 def ordered(pins: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
-    return sorted([STDLIB] + pins, key=lambda p: (SPLITS.index(p[3]), p[0], p[1]))
+    return sorted(pins, key=lambda p: (SPLITS.index(p[3]), p[0], p[1]))
 
 
 def _add(got: dict, dedup: Dedup, writers: dict, out: Path, totals: dict) -> dict:
@@ -145,9 +156,10 @@ def _add(got: dict, dedup: Dedup, writers: dict, out: Path, totals: dict) -> dic
     source, name, version, split = got["pin"]
     entry = {"source": source, "package": name, "version": version, "split": split, "license": got["license"],
              "files": 0, "bytes": 0, "langs": {}, "filtered": got["skipped"], "duplicates": {}}
-    if got.get("missing") or got.get("refused"):
-        entry["status"] = "missing" if got.get("missing") else "licence"
-        return entry
+    for status in ("missing", "refused", "error"):
+        if got.get(status):
+            entry["status"] = {"refused": "licence"}.get(status, status)
+            return entry
     for (path, text, lang), key, sig in zip(got["files"], got["keys"], got["sigs"]):
         why = dedup.seen(key, sig)
         if why:

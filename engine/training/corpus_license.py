@@ -39,7 +39,7 @@ def _atom(name: str) -> str:
 def _split_top(expr: str, word: str) -> list[str]:
     """Split `expr` at `word` (OR/AND, any case) outside parentheses."""
     parts, depth, start = [], 0, 0
-    pattern = re.compile(rf"\s+{word}\s+" + (r"|\s*/\s*" if word == "or" else r"|\s*[,;]\s*"), re.I)
+    pattern = re.compile(rf"\s+{word}\s+" + (r"|\s*/\s*" if word == "or" else r"|\s*;\s*"), re.I)
     i = 0
     while i < len(expr):
         ch = expr[i]
@@ -144,7 +144,7 @@ def dep5_statements(text: str) -> list[str]:
         files = fields["files"].split()
         if files and all(f.startswith("debian/") or f == "debian" for f in files):
             continue
-        out.append(fields["license"].splitlines()[0].strip())
+        out.append((fields["license"].splitlines() or [""])[0].strip())  # an empty field: unknown
     return out
 
 

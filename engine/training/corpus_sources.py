@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from .corpus_license import dep5_statements, package_json_statements, wheel_statements
 
 PARALLEL = 8
+JS_EXT = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".tsx", ".mts", ".cts")
 Files = list[tuple[str, str]]
 # Compiled or bundled copies an npm package ships next to its sources.
 NPM_BUILT = {"dist", "build", "umd", "bundles", "bundle", "out", "cjs", "esm", "es", "_esm", "_cjs", "_types", "types",
@@ -95,12 +96,16 @@ def read_npm(path: Path) -> tuple[list[str], Files]:
             rel = m.name.split("/", 1)[1] if "/" in m.name else m.name
             if rel == "package.json":
                 statements = package_json_statements(tf.extractfile(m).read().decode("utf-8", "replace"))
-            elif re.search(r"\.([cm]?[jt]sx?)$", rel) and not re.search(r"\.d\.[cm]?ts$", rel):
+            elif re.search(r"\.[cm]?[jt]sx?$", rel):
                 files.append((rel, tf.extractfile(m).read().decode("utf-8", "replace")))
+    return statements, own_sources(files)
+
+
+def own_sources(files: Files) -> Files:
+    """A JavaScript package's own sources: its TypeScript if it ships any, else JavaScript outside built folders."""
+    files = [f for f in files if re.search(r"\.[cm]?[jt]sx?$", f[0]) and not re.search(r"\.d\.[cm]?ts$", f[0])]
     ts = [f for f in files if re.search(r"\.[cm]?tsx?$", f[0])]
-    if ts:
-        return statements, ts
-    return statements, [f for f in files if not set(PurePosixPath(f[0]).parts[:-1]) & NPM_BUILT]
+    return ts or [f for f in files if not set(PurePosixPath(f[0]).parts[:-1]) & NPM_BUILT]
 
 
 # --- Debian (Go, Rust) ----------------------------------------------------------------------
@@ -134,16 +139,22 @@ def fetch_debs(cache: Path, pins: list[tuple[str, str]]) -> None:
         list(pool.map(extract, missing))
 
 
+DEB_TREES = (("usr/share/gocode/src", (".go",)), ("usr/share/cargo/registry", (".rs",)),
+             ("usr/share/nodejs", JS_EXT), ("usr/lib/nodejs", JS_EXT))
+
+
 def read_deb(root: Path, name: str) -> tuple[list[str], Files]:
-    """Go sources under gocode/src or Rust crates under cargo/registry; licences from DEP-5 copyright."""
+    """Go sources (gocode/src), Rust crates (cargo/registry) or Node modules (nodejs); licences from DEP-5."""
     copyright = root / "usr/share/doc" / name / "copyright"
     statements = dep5_statements(copyright.read_text(errors="replace")) if copyright.is_file() else []
     files = []
-    for base, ext in (("usr/share/gocode/src", ".go"), ("usr/share/cargo/registry", ".rs")):
+    for base, exts in DEB_TREES:
         top = root / base
         for dirpath, _dirs, names in os.walk(top):
             for fn in sorted(names):
                 p = Path(dirpath) / fn
-                if fn.endswith(ext) and not p.is_symlink():
+                if fn.endswith(exts) and not p.is_symlink():
                     files.append((p.relative_to(top).as_posix(), p.read_text(encoding="utf-8", errors="replace")))
+    if name.startswith("node-"):
+        files = own_sources(files)
     return statements, sorted(files)

@@ -102,10 +102,12 @@ def read_npm(path: Path) -> tuple[list[str], Files]:
 
 
 def own_sources(files: Files) -> Files:
-    """A JavaScript package's own sources: its TypeScript if it ships any, else JavaScript outside built folders."""
+    """A JavaScript package's own sources: its TypeScript if it ships any, else its JavaScript outside built
+    folders, else (a package that ships only a build) the built JavaScript; the filters still drop
+    minified bundles."""
     files = [f for f in files if re.search(r"\.[cm]?[jt]sx?$", f[0]) and not re.search(r"\.d\.[cm]?ts$", f[0])]
     ts = [f for f in files if re.search(r"\.[cm]?tsx?$", f[0])]
-    return ts or [f for f in files if not set(PurePosixPath(f[0]).parts[:-1]) & NPM_BUILT]
+    return ts or [f for f in files if not set(PurePosixPath(f[0]).parts[:-1]) & NPM_BUILT] or files
 
 
 # --- Debian (Go, Rust) ----------------------------------------------------------------------

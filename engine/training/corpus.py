@@ -36,12 +36,12 @@ from . import corpus_sources as src
 import numpy as np
 
 from .corpus_dedup import NUM_PERM, Dedup, exact_key, signature
-from .corpus_filters import lang_of, select
+from .corpus_filters import package_langs, select
 from .corpus_license import PERMISSIVE, verdict
 from .corpus_sources import stdlib_files  # noqa: F401  (re-exported: tests build tiny corpora from it)
 
 PINS = Path(__file__).with_name("corpus_packages.json")
-SOURCES = ("python", "npm", "node", "go", "rust")  # node: Debian's node-* packages
+SOURCES = ("python", "npm", "node", "go", "rust", "c")  # node, c: Debian's node-* and C/C++ -dev packages
 SPLITS = ("heldout", "valid", "train")  # dedup order: what evaluation sees is kept first
 BYTES_PER_TOKEN = 3.7  # an estimate for code under a byte-level BPE; token counts in the manifest use it
 STDLIB = "cpython-stdlib"  # a python pin of this name is the running interpreter's standard library
@@ -80,7 +80,7 @@ def fetch(pins: list[tuple[str, str, str, str]], cache: Path) -> None:
     by = {s: [(n, v) for source, n, v, _ in pins if source == s] for s in SOURCES}
     src.fetch_wheels(cache / "pypi", by["python"])
     src.fetch_npm(cache / "npm", by["npm"])
-    src.fetch_debs(cache, by["node"] + by["go"] + by["rust"])
+    src.fetch_debs(cache, by["node"] + by["go"] + by["rust"] + by["c"])
 
 
 def read_package(pin: tuple[str, str, str, str], cache: Path) -> tuple[list[str], list] | None:
@@ -112,7 +112,8 @@ def prepare(job: tuple) -> dict:
     if verdict(statements) != PERMISSIVE:
         out["refused"] = True
         return out
-    out["files"] = [(p, t, lang_of(p)) for p, t in select(files, out["skipped"])]
+    kept = select(files, out["skipped"])
+    out["files"] = [(p, t, lang) for (p, t), lang in zip(kept, package_langs(kept))]
     return out
 
 

@@ -16,7 +16,7 @@ _RANK = {RESTRICTIVE: 0, UNKNOWN: 1, PERMISSIVE: 2}
 # Checked first: a name that matches here is never permissive ("LGPL" also contains "GPL").
 _RESTRICTIVE = re.compile(r"\b(A?GPL|LGPL|GNU|MPL|Mozilla|EPL|Eclipse|CDDL|Artistic|SSPL|EUPL|OSL|CC-BY-SA|CC-BY-NC"
                           r"|BUSL|Business Source|Elastic|Proprietary|Commercial|UNLICENSED|Other/Proprietary)\b", re.I)
-_PERMISSIVE = re.compile(r"\b(MIT|MIT-0|Expat|X11|BSD|0BSD|Apache|ISC|ISCL|PSF|PSF-2\.0|Python-2\.0|Python Software"
+_PERMISSIVE = re.compile(r"\b(MIT|MIT-0|Expat|X11|BSD\w*|0BSD|Apache|ISC|ISCL|PSF|PSF-2\.0|Python-2\.0|Python Software"
                          r"|Unlicense|Zlib|BSL-1\.0|Boost)\b", re.I)
 # Free text in a License field (some projects paste the whole licence there).
 _TEXTS = [("Permission is hereby granted, free of charge", "MIT"),
@@ -31,7 +31,7 @@ def _atom(name: str) -> str:
         return UNKNOWN
     if _RESTRICTIVE.search(name):
         return RESTRICTIVE
-    if name.lower() in ("go", "bsd-3-clause-google", "golang"):  # Debian's names for the Go project's BSD licence
+    if name.lower() in ("go", "golang", "python"):  # Debian's names for the Go project's BSD licence and the PSF's
         return PERMISSIVE
     return PERMISSIVE if _PERMISSIVE.search(name) else UNKNOWN
 

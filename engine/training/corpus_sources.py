@@ -29,8 +29,10 @@ NPM_BUILT = {"dist", "build", "umd", "bundles", "bundle", "out", "cjs", "esm", "
 
 def _run_all(commands: list[list[str]], cwd: Path) -> None:
     """Run download commands, PARALLEL at a time; a failure is reported, not fatal (the build lists what is missing)."""
+    env = dict(os.environ, PIP_CONSTRAINT="")  # the pins are exact: an environment's constraints must not move them
+
     def one(cmd):
-        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
         if r.returncode:
             print(f"fetch failed: {' '.join(cmd[-2:])}: {r.stderr.strip()[-200:]}", file=sys.stderr)
     with ThreadPoolExecutor(PARALLEL) as pool:
@@ -141,12 +143,14 @@ def fetch_debs(cache: Path, pins: list[tuple[str, str]]) -> None:
         list(pool.map(extract, missing))
 
 
+C_EXT = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".ipp")
 DEB_TREES = (("usr/share/gocode/src", (".go",)), ("usr/share/cargo/registry", (".rs",)),
-             ("usr/share/nodejs", JS_EXT), ("usr/lib/nodejs", JS_EXT))
+             ("usr/share/nodejs", JS_EXT), ("usr/lib/nodejs", JS_EXT), ("usr/include", C_EXT), ("usr/src", C_EXT))
 
 
 def read_deb(root: Path, name: str) -> tuple[list[str], Files]:
-    """Go sources (gocode/src), Rust crates (cargo/registry) or Node modules (nodejs); licences from DEP-5."""
+    """Go sources (gocode/src), Rust crates (cargo/registry), Node modules (nodejs) or C and C++ headers and
+    sources (include, src); licences from DEP-5."""
     copyright = root / "usr/share/doc" / name / "copyright"
     statements = dep5_statements(copyright.read_text(errors="replace")) if copyright.is_file() else []
     files = []

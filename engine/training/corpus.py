@@ -261,6 +261,7 @@ def main(argv=None) -> int:
         print(f"corpus: {e}", file=sys.stderr)
         return 1
     print(_ready_text(summary), end="")
+    print("packages: " + ", ".join(f"{n} {status}" for status, n in sorted(summary["package_status"].items())))
     return 0
 
 

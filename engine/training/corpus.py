@@ -77,7 +77,7 @@ def check_sides(pins: list[tuple[str, str, str, str]]) -> None:
 
 
 def fetch(pins: list[tuple[str, str, str, str]], cache: Path) -> None:
-    by = {s: [(n, v) for source, n, v, _ in pins if source == s] for s in SOURCES}
+    by = {s: [(n, v) for source, n, v, _ in pins if source == s and n != STDLIB] for s in SOURCES}
     src.fetch_wheels(cache / "pypi", by["python"])
     src.fetch_npm(cache / "npm", by["npm"])
     src.fetch_debs(cache, by["node"] + by["go"] + by["rust"] + by["c"])

@@ -217,6 +217,7 @@ def test_fetch_downloads_only_what_the_cache_lacks(built, tmp_path, monkeypatch)
                         type("R", (), {"returncode": 0, "stderr": ""})())
     cache = built[0].parent / "sources"
     corpus.fetch([("python", "heldpkg", "1.0", "heldout"), ("npm", "widget", "2.0.0", "train"),
+                  ("python", corpus.STDLIB, "3.11.7", "train"),
                   ("go", "golang-foo-dev", "1.0-1", "train")], cache)
     assert calls == []
     corpus.fetch([("python", "newpkg", "2.1", "train"), ("npm", "@scope/lib", "1.0.0", "train")], cache)

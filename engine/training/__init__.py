@@ -1,7 +1,8 @@
 """redraft.engine.training: how the shipped default models are made, reproducibly.
 
-corpus.py builds the Python corpus (the installed CPython's standard library plus pinned,
-permissively licensed PyPI packages, split by package); tokenizer.py trains the byte-level
+corpus.py builds the code corpus (Python, TypeScript/JavaScript, Go, Rust, C/C++ from pinned,
+permissively licensed PyPI, npm and Debian packages, de-duplicated, split by package; its
+sources, licence checks, file filters and dedup live in corpus_*.py); tokenizer.py trains the byte-level
 BPE; examples.py shapes training rows like the job (fill-in-the-middle with character-level
 splits, padded variable-length spans, drafts to repair, synthetic renames with an edit
 history, copy-rich rows whose middle recurs in the prefix, in the engine's prompt format:

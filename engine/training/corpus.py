@@ -1,169 +1,267 @@
-"""The training corpus: permissively licensed Python, de-duplicated, split by package.
+"""The training corpus: permissively licensed code in the languages editors are used for.
 
-Sources: the running CPython's standard library (PSF license; its test suites left out)
-and the pinned PyPI wheels below, fetched with `pip download` (a registry, at build time
-only; nothing downloads at run time). Each package lands whole in one split: train,
-valid or heldout. Vendored copies of other projects and generated data files are skipped.
+Sources (corpus_sources.py; registries at build time only, nothing downloads at run time):
+the running CPython's standard library, pinned PyPI wheels, npm tarballs (TypeScript
+sources, or plain JavaScript outside built folders) and Debian's golang-*-dev and
+librust-*-dev packages. corpus_packages.json pins every package's version and split.
+Packages whose licences are not all permissive stay out (corpus_license.py); vendored,
+generated, minified and test-data files stay out (corpus_filters.py); exact and near
+duplicates stay out, held-out and validation packages first so that a file they share
+with training stays out of training (corpus_dedup.py). Each package lands whole in one
+split, and a package's other versions (Rust crates) land with it.
 
-    python -m redraft.engine.training.corpus --out corpus/
+    redraft train corpus --out /work/state/corpus
 
-writes train/valid/heldout.jsonl.gz ({"package","path","text"} per file), heldout/ and
-valid/ as plain .py trees (for `redraft eval --files`), and manifest.json.
+builds into OUT-next and then swaps it for OUT: train/valid/heldout.jsonl.gz
+({"package","lang","path","text"} per file), valid/ and heldout/ as plain trees
+(<lang>/<package>/<path>, for `redraft eval --files`), manifest.json and READY (the
+estimated tokens per language). Downloads are cached (--cache) and never fetched twice.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
+import multiprocessing
 import re
-import subprocess
+import shutil
 import sys
-import sysconfig
+import tarfile
+import time
 import zipfile
 from pathlib import Path
 
-# name, version, split. Licenses are read from each wheel's metadata and checked.
-PACKAGES = [
-    ("django", "5.2.19", "train"), ("networkx", "3.6.1", "train"), ("sqlalchemy", "2.1.9", "train"),
-    ("flask", "3.1.3", "train"), ("werkzeug", "3.1.9", "train"), ("jinja2", "3.1.6", "train"),
-    ("click", "8.5.1", "train"), ("attrs", "26.1.0", "train"), ("boltons", "26.2.0", "train"),
-    ("more-itertools", "11.2.1", "train"), ("toolz", "1.2.0", "train"), ("pyparsing", "3.3.3", "train"),
-    ("pygments", "2.21.0", "train"), ("pytest", "9.2.0", "train"), ("setuptools", "84.2.1", "train"),
-    ("pip", "26.3", "train"),
-    ("rich", "15.0.0", "valid"), ("httpx", "0.28.1", "valid"),
-    ("requests", "2.34.2", "heldout"), ("marshmallow", "4.4.0", "heldout"), ("arrow", "1.4.0", "heldout"),
-    ("invoke", "3.0.3", "heldout"),
-]
-PERMISSIVE = re.compile(r"\b(MIT|BSD|Apache|PSF|Python Software Foundation|ISC|Unlicense|0BSD)\b", re.I)
-SKIP_PARTS = {"_vendor", "vendor", "vendored", "test", "tests", "testing", "__pycache__", "site-packages"}
-MAX_BYTES = 200_000
-MAX_MEAN_LINE = 120  # longer on average means data tables, not code
+from . import corpus_sources as src
+import numpy as np
+
+from .corpus_dedup import NUM_PERM, Dedup, exact_key, signature
+from .corpus_filters import package_langs, select
+from .corpus_license import PERMISSIVE, verdict
+from .corpus_sources import stdlib_files  # noqa: F401  (re-exported: tests build tiny corpora from it)
+
+PINS = Path(__file__).with_name("corpus_packages.json")
+SOURCES = ("python", "npm", "node", "go", "rust", "c")  # node, c: Debian's node-* and C/C++ -dev packages
+SPLITS = ("heldout", "valid", "train")  # dedup order: what evaluation sees is kept first
+BYTES_PER_TOKEN = 3.7  # an estimate for code under a byte-level BPE; token counts in the manifest use it
+STDLIB = "cpython-stdlib"  # a python pin of this name is the running interpreter's standard library
 
 
-def wheel_license(zf: zipfile.ZipFile) -> str:
-    meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
-    if meta is None:
-        return ""
-    found = []
-    for line in zf.read(meta).decode("utf-8", "replace").splitlines():
-        if line.startswith(("License-Expression:", "License:")) and len(line) < 200:
-            found.append(line.split(":", 1)[1].strip())
-        elif line.startswith("Classifier: License ::"):
-            found.append(line.rsplit("::", 1)[1].strip())
-        elif not line.strip():
-            break
-    return "; ".join(found)
+class CorpusError(Exception):
+    """The pins are inconsistent (a package on two sides) or a build cannot be written."""
 
 
-def keep(path: str, text: str) -> bool:
-    parts = set(Path(path).parts)
-    if parts & SKIP_PARTS or not path.endswith(".py"):
-        return False
-    if not text.strip() or len(text.encode()) > MAX_BYTES:
-        return False
-    lines = text.count("\n") + 1
-    return len(text) / lines <= MAX_MEAN_LINE
+def load_pins(path: Path = PINS) -> list[tuple[str, str, str, str]]:
+    """(source, name, version, split) for every pinned package."""
+    data = json.loads(path.read_text())
+    return [(source, n, v, s) for source in SOURCES for n, v, s in data.get(source, [])]
 
 
-def stdlib_files() -> list[tuple[str, str]]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    out = []
-    for p in sorted(root.rglob("*.py")):
-        rel = p.relative_to(root).as_posix()
-        if rel.split("/")[0] in ("test", "idlelib", "lib2to3", "turtledemo"):
-            continue
-        text = p.read_text(encoding="utf-8", errors="replace")
-        if keep(rel, text):
-            out.append((rel, text))
+def group_key(source: str, name: str) -> str:
+    """What a split is decided on: a Rust crate's versioned packages are one group."""
+    if source == "rust":
+        name = re.sub(r"-\d+(\.\d+)*-dev$", "-dev", name)
+    if source == "node":  # Debian's node-foo is npm's foo
+        source, name = "npm", name.removeprefix("node-")
+    if source == "python":
+        name = re.sub(r"[-_.]+", "-", name).lower()
+    return f"{source}:{name}"
+
+
+def check_sides(pins: list[tuple[str, str, str, str]]) -> None:
+    sides: dict[str, str] = {}
+    for source, name, _v, split in pins:
+        key = group_key(source, name)
+        if sides.setdefault(key, split) != split:
+            raise CorpusError(f"{key} is pinned to both {sides[key]} and {split}")
+
+
+def fetch(pins: list[tuple[str, str, str, str]], cache: Path) -> None:
+    by = {s: [(n, v) for source, n, v, _ in pins if source == s and n != STDLIB] for s in SOURCES}
+    src.fetch_wheels(cache / "pypi", by["python"])
+    src.fetch_npm(cache / "npm", by["npm"])
+    src.fetch_debs(cache, by["node"] + by["go"] + by["rust"] + by["c"])
+
+
+def read_package(pin: tuple[str, str, str, str], cache: Path) -> tuple[list[str], list] | None:
+    source, name, version, _split = pin
+    if source == "python" and name == STDLIB:
+        if version != "%d.%d.%d" % sys.version_info[:3]:
+            print(f"corpus: pinned {STDLIB} {version}, reading {sys.version.split()[0]}", file=sys.stderr)
+        return ["PSF-2.0"], src.stdlib_files()
+    if source == "python":
+        path = src.wheel_path(cache / "pypi", name, version)
+        return src.read_wheel(path) if path else None
+    if source == "npm":
+        path = src.tarball_path(cache / "npm", name, version)
+        return src.read_npm(path) if path.exists() else None
+    root = src.deb_dir(cache, name, version)
+    return src.read_deb(root, name) if root else None
+
+
+def prepare(job: tuple) -> dict:
+    """One package, read and filtered (runs in a worker): licence, kept files, why others stayed out."""
+    pin, cache = job
+    got = read_package(pin, cache)
+    out = {"pin": pin, "files": [], "skipped": {}, "license": ""}
+    if got is None:
+        out["missing"] = True
+        return out
+    statements, files = got
+    out["license"] = " AND ".join(dict.fromkeys(statements)) or "unknown"
+    if verdict(statements) != PERMISSIVE:
+        out["refused"] = True
+        return out
+    kept = select(files, out["skipped"])
+    out["files"] = [(p, t, lang) for (p, t), lang in zip(kept, package_langs(kept))]
     return out
 
 
-def wheel_files(wheel: Path) -> tuple[str, list[tuple[str, str]]]:
-    with zipfile.ZipFile(wheel) as zf:
-        lic = wheel_license(zf)
-        files = []
-        for name in sorted(zf.namelist()):
-            if name.endswith(".py"):
-                text = zf.read(name).decode("utf-8", "replace")
-                if keep(name, text):
-                    files.append((name, text))
-    return lic, files
+def _signatures(pin: tuple, cache: Path, texts: list[str]) -> tuple[list[str], list]:
+    """Exact keys and MinHash signatures of `texts`, from the per-package cache where it has them."""
+    store = cache / "sig" / pin[0] / f"{pin[1].replace('/', '_')}_{pin[2]}.npz"
+    known: dict[str, np.ndarray] = {}
+    if store.exists():
+        with np.load(store) as z:
+            known = dict(zip(z["keys"].tolist(), z["sigs"]))
+    keys = [exact_key(t) for t in texts]
+    fresh = False
+    for k, t in zip(keys, texts):
+        if k not in known:
+            s = signature(t)
+            known[k], fresh = (np.zeros(NUM_PERM, np.uint64) if s is None else s), True
+    if fresh:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(store, keys=np.array(list(known), dtype="U40"), sigs=np.array(list(known.values()), dtype=np.uint64))
+    # An all-zero row stands for "no word tokens": such a file is only checked for exact copies.
+    return keys, [known[k] if known[k].any() else None for k in keys]
 
 
-def download(dest: Path) -> dict[str, Path]:
-    dest.mkdir(parents=True, exist_ok=True)
-    specs = [f"{n}=={v}" for n, v, _ in PACKAGES]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "3.11", "-d", str(dest), *specs], check=True)
-    wheels = {}
-    for n, v, _ in PACKAGES:
-        norm = n.replace("-", "_").lower()
-        match = [w for w in dest.glob("*.whl") if w.name.lower().startswith(f"{norm}-{v}-")]
-        if not match:
-            raise FileNotFoundError(f"no wheel for {n}=={v} in {dest}")
-        wheels[n] = match[0]
-    return wheels
+def prepare_all(job: tuple) -> dict:
+    """prepare, then the files' dedup keys; a package that cannot be read is reported and left out."""
+    try:
+        out = prepare(job)
+        out["keys"], out["sigs"] = _signatures(job[0], job[1], [t for _, t, _ in out["files"]])
+    except (OSError, ValueError, IndexError, KeyError, UnicodeError, tarfile.TarError, zipfile.BadZipFile) as e:
+        print(f"corpus: {job[0][1]} {job[0][2]}: {type(e).__name__}: {e}", file=sys.stderr)
+        return {"pin": job[0], "files": [], "skipped": {}, "license": "", "error": f"{type(e).__name__}: {e}"}
+    return out
 
 
-def fingerprint(text: str) -> str:
-    return hashlib.sha1(re.sub(r"\s+", " ", text).strip().encode()).hexdigest()
+def ordered(pins: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
+    return sorted(pins, key=lambda p: (SPLITS.index(p[3]), p[0], p[1]))
 
 
-def build(out: Path, wheels_dir: Path) -> dict:
-    wheels = download(wheels_dir)
-    sources = [("cpython-stdlib", sys.version.split()[0], "train", "PSF-2.0", stdlib_files())]
-    for name, version, split in PACKAGES:
-        lic, files = wheel_files(wheels[name])
-        sources.append((name, version, split, lic, files))
-    seen: set[str] = set()
-    splits: dict[str, list[dict]] = {"train": [], "valid": [], "heldout": []}
-    manifest = []
-    # Held-out and validation first, so a file they share with training stays out of training.
-    for name, version, split, lic, files in sorted(sources, key=lambda s: s[2] == "train"):
-        if not PERMISSIVE.search(lic):
-            print(f"skipping {name} {version}: license {lic!r} is not known to be permissive", file=sys.stderr)
+def _add(got: dict, dedup: Dedup, writers: dict, out: Path, totals: dict) -> dict:
+    """Dedup one prepared package into its split; its manifest entry."""
+    source, name, version, split = got["pin"]
+    entry = {"source": source, "package": name, "version": version, "split": split, "license": got["license"],
+             "files": 0, "bytes": 0, "langs": {}, "filtered": got["skipped"], "duplicates": {}}
+    for status in ("missing", "refused", "error"):
+        if got.get(status):
+            entry["status"] = {"refused": "licence"}.get(status, status)
+            return entry
+    for (path, text, lang), key, sig in zip(got["files"], got["keys"], got["sigs"]):
+        why = dedup.seen(key, sig)
+        if why:
+            entry["duplicates"][why] = entry["duplicates"].get(why, 0) + 1
             continue
-        kept = 0
-        for path, text in files:
-            fp = fingerprint(text)
-            if fp in seen:
-                continue
-            seen.add(fp)
-            splits[split].append({"package": name, "path": path, "text": text})
-            kept += 1
-        manifest.append({"package": name, "version": version, "split": split, "license": lic, "files": kept,
-                         "bytes": sum(len(d["text"].encode()) for d in splits[split] if d["package"] == name)})
-    out.mkdir(parents=True, exist_ok=True)
-    for split, docs in splits.items():
-        with gzip.open(out / f"{split}.jsonl.gz", "wt", encoding="utf-8") as f:
-            for d in docs:
-                f.write(json.dumps(d) + "\n")
+        writers[split].write(json.dumps({"package": name, "lang": lang, "path": path, "text": text}) + "\n")
+        n = len(text.encode("utf-8", "replace"))
         if split != "train":
-            for d in docs:
-                p = out / split / d["package"] / d["path"]
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(d["text"], encoding="utf-8")
-    summary = {"packages": manifest,
-               "splits": {s: {"files": len(d), "bytes": sum(len(x["text"].encode()) for x in d)}
-                          for s, d in splits.items()}}
-    (out / "manifest.json").write_text(json.dumps(summary, indent=2) + "\n")
+            p = out / split / lang / name / path
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        entry["files"] += 1
+        entry["bytes"] += n
+        entry["langs"][lang] = entry["langs"].get(lang, 0) + n
+        t = totals.setdefault(lang, {}).setdefault(split, {"files": 0, "bytes": 0})
+        t["files"] += 1
+        t["bytes"] += n
+    entry["status"] = "ok" if entry["files"] else "empty"
+    return entry
+
+
+def _summary(packages: list[dict], totals: dict, seconds: float) -> dict:
+    def tok(d):
+        return dict(d, tokens=round(d["bytes"] / BYTES_PER_TOKEN))
+    splits = {s: {"files": sum(t.get(s, {}).get("files", 0) for t in totals.values()),
+                  "bytes": sum(t.get(s, {}).get("bytes", 0) for t in totals.values())} for s in SPLITS}
+    status: dict[str, int] = {}
+    for p in packages:
+        status[p["status"]] = status.get(p["status"], 0) + 1
+    return {"tokens_note": f"tokens are estimated as bytes / {BYTES_PER_TOKEN}", "build_seconds": round(seconds),
+            "package_status": status,
+            "splits": {s: tok(v) for s, v in splits.items()},
+            "languages": {lang: {s: tok(v) for s, v in sorted(per.items())} for lang, per in sorted(totals.items())},
+            "packages": packages}
+
+
+def _ready_text(summary: dict) -> str:
+    lines = [f"# estimated tokens (bytes / {BYTES_PER_TOKEN}) per language and split"]
+    for lang, per in summary["languages"].items():
+        lines.append(f"{lang} " + " ".join(f"{s}={per.get(s, {}).get('tokens', 0)}" for s in ("train", "valid", "heldout")))
+    lines.append("total " + " ".join(f"{s}={summary['splits'][s]['tokens']}" for s in ("train", "valid", "heldout")))
+    return "\n".join(lines) + "\n"
+
+
+def build(out: Path, cache: Path, pins_path: Path = PINS, workers: int = 2, download: bool = True) -> dict:
+    """Build the corpus into OUT-next, then swap it for OUT; the manifest's summary."""
+    started = time.time()
+    pins = load_pins(pins_path)
+    check_sides(pins)
+    if download:
+        fetch(pins, cache)
+    tmp = out.with_name(out.name + "-next")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    writers = {s: gzip.open(tmp / f"{s}.jsonl.gz", "wt", encoding="utf-8", compresslevel=1) for s in SPLITS}
+    dedup, packages, totals = Dedup(), [], {}
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for got in pool.imap(prepare_all, [(p, cache) for p in ordered(pins)]):
+                packages.append(_add(got, dedup, writers, tmp, totals))
+    finally:
+        for w in writers.values():
+            w.close()
+    summary = _summary(packages, totals, time.time() - started)
+    (tmp / "manifest.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (tmp / "READY").write_text(_ready_text(summary))
+    swap(tmp, out)
     return summary
 
 
+def swap(new: Path, out: Path) -> None:
+    """Put the finished build `new` in place of `out` with two renames (readers never see a half build)."""
+    old = out.with_name(out.name + "-old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    new.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def read_split(folder: Path, split: str) -> list[dict]:
-    with gzip.open(folder / f"{split}.jsonl.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(Path(folder) / f"{split}.jsonl.gz", "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="redraft train corpus", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--wheels", type=Path, default=None, help="where wheels are downloaded (default OUT/wheels)")
+    ap.add_argument("--cache", type=Path, default=None, help="downloads and signatures (default: OUT/../sources)")
+    ap.add_argument("--pins", type=Path, default=PINS, help="the pinned package list (JSON)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-download", action="store_true", help="build from the cache only; missing packages are listed")
     args = ap.parse_args(argv)
-    summary = build(args.out, args.wheels or args.out / "wheels")
-    print(json.dumps(summary["splits"], indent=2))
+    try:
+        summary = build(args.out, args.cache or args.out.parent / "sources", args.pins, args.workers,
+                        not args.no_download)
+    except (CorpusError, OSError) as e:
+        print(f"corpus: {e}", file=sys.stderr)
+        return 1
+    print(_ready_text(summary), end="")
+    print("packages: " + ", ".join(f"{n} {status}" for status, n in sorted(summary["package_status"].items())))
     return 0
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from redraft.server.core import drafts, keyruns
 from redraft.server.core.document import split_lines, utf8_len
-from redraft.server.core.drafts import (DraftIndex, DraftSource, lookup, recent_source, syntactic_kind,
-                                   tree_kind_at)
+from redraft.server.core.drafts import DraftIndex
+from redraft.server.core.draftsearch import DraftSource, lookup, recent_source, syntactic_kind, tree_kind_at
 from redraft.server.core.languages import new_parser, syntax_for
 
 FILES = ["argparse", "subprocess", "dataclasses", "typing", "enum", "inspect"]

@@ -165,3 +165,26 @@ def test_ar_to_diffusion_conversion_keeps_the_contexts_keys_and_values_exact(tin
         assert torch.equal(a, b)
     full = kv(diff, mask=train.span_mask(torch.tensor([C]), torch.tensor([T]), T, full=True))
     assert not torch.equal(full[0][-1], twin[0][-1])  # a bidirectional context would not keep them
+
+
+LANGUAGE_SNIPPETS = {
+    "python": "class Store:\n    def __init__(self):\n        self.log = logging.getLogger(__name__)  # ✓\n",
+    "typescript": "export function area<T extends Shape>(s: T): number {\n  return s.width * s.height;\n}\n",
+    "javascript": "const sum = (xs) => xs.reduce((a, b) => a + b, 0);\nmodule.exports = { sum };\n",
+    "go": "func (s *Server) Close() error {\n\tif s.ln == nil {\n\t\treturn nil\n\t}\n\treturn s.ln.Close()\n}\n",
+    "rust": "impl<'a> Iterator for Words<'a> {\n    type Item = &'a str;\n    fn next(&mut self) -> Option<&'a str> { None }\n}\n",
+    "c": "static int add(int a, int b) {\r\n\treturn a + b; /* naïve */\r\n}\r\n",
+    "cpp": "template <typename T>\nstd::vector<T> twice(const std::vector<T>& v) { return v; }\n",
+}
+
+
+def test_a_tokenizer_trained_on_the_mix_round_trips_every_language(tiny_corpus):
+    # Trained on a per-language sample as `redraft train tokenizer --sample-mb` does.
+    docs = [{"lang": lang, "text": text * 20} for lang, text in LANGUAGE_SNIPPETS.items()]
+    sample = tokenizer.sample_by_language(docs, 0.001)
+    assert set(sample) == set(LANGUAGE_SNIPPETS) and all(sample.values())
+    tok = tokenizer.train_tokenizer((t for ts in sample.values() for t in ts), vocab_size=600)
+    for lang, text in LANGUAGE_SNIPPETS.items():
+        ids = tok.encode(text).ids
+        assert tok.decode(ids) == text, lang
+        assert len(ids) < len(text.encode()), lang  # merges learned for every language

@@ -4,7 +4,7 @@ document searches first, and a closed file read again."""
 import time
 from pathlib import Path
 
-from redraft.server.core.drafts import lookup, DraftSource
+from redraft.server.core.draftsearch import DraftSource, lookup
 from redraft.server.core.workspace import Workspace
 
 

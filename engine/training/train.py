@@ -240,7 +240,27 @@ def save_state(folder: Path, model, opt, step: int, log: list, meta: dict, tok_d
     """A resumable checkpoint: a redraft-format model folder plus optimizer tensors.
 
     Tensors are named `optimizer.param.name` ("1.3.exp_avg"), one param_groups list per optimizer.
+    Written beside `folder` and swapped in by renames, so a run killed while saving keeps its
+    previous state (restore_state puts it back).
     """
+    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _write_state(tmp, model, opt, step, log, meta, tok_dir)
+    if folder.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_state(folder: Path) -> None:
+    """Put back the previous state of a run killed between save_state's two renames."""
+    old = folder.with_name(folder.name + ".old")
+    if not folder.exists() and old.is_dir():
+        old.rename(folder)
+
+
+def _write_state(folder: Path, model, opt, step: int, log: list, meta: dict, tok_dir: Path) -> None:
     cfg = model_config(meta["shape"], _tok(tok_dir), causal=meta["objective"] == "ar")
     if meta["objective"] != "ar":
         cfg["attention_pattern"] = meta.get("attention", "context_causal")
@@ -314,6 +334,8 @@ def train(args) -> Path:
     bf16 = args.precision == "bf16" or (args.precision == "auto" and native_bf16())
     out = Path(args.out)
     step, log = 0, []
+    if args.resume:
+        restore_state(out / "last")
     if args.resume and (out / "last" / "train_state.json").is_file():
         step, log = load_state(out / "last", model, opt)
         print(f"resumed at step {step}", file=sys.stderr)

@@ -263,3 +263,15 @@ def test_the_language_mix_sets_each_languages_share_of_the_rows():
     assert share == pytest.approx({"python": 0.5, "go": 0.3, "rust": 0.2})
     assert w[2] == pytest.approx(3 * w[0])  # within a language, files keep their length weights
     assert train.mix_weights(langs, [1.0] * 6, {"python": 1.0})[3:] == [0.0, 0.0, 0.0]  # left out: never drawn
+
+
+def test_a_run_killed_while_saving_resumes_from_its_previous_state(synthetic, tmp_path):
+    root, _ = synthetic
+    base = ["--batch", "2", "--seq", "192", "--steps", "4", "--warmup", "1", "--save-every", "2"]
+    train.main(_args(root, tmp_path / "run", *base, "--until", "2"))
+    last = tmp_path / "run" / "last"
+    last.rename(last.with_name("last.old"))  # killed between the two renames of the next save
+    (tmp_path / "run" / "last.tmp").mkdir()  # with a half-written new state beside it
+    train.main(_args(root, tmp_path / "run", *base, "--resume"))
+    log = json.loads((last / "train_state.json").read_text())["log"]
+    assert [e["step"] for e in log] == [1, 2, 3, 4] and not last.with_name("last.old").exists()

@@ -45,6 +45,8 @@ SKIPPED = {
     ("docs/http-api.md", "redraft serve --http 7355"):
         "servers that run until stopped; the module's server is started with the first line",
     ("docs/models-and-training.md", "pip install -e '.[train]'"): "trains the shipped models: about 90 minutes",
+    ("docs/training-log.md", "redraft train model --objective ar --corpus CORPUS --tokeni…"):
+        "the long training run: hours, on a corpus built by `redraft train corpus`",
     ("docs/remote-and-cluster.md", "redraft serve --http 7355 --host 0.0.0.0 --token TEAM_TOKEN"):
         "two long-running servers on two machines; the remote path is tested in tests/server/remote",
     ("docs/remote-and-cluster.md", "pip install -e '.[cluster]'"):

@@ -14,7 +14,7 @@ import pytest
 
 from redraft.engine import prompt
 from redraft.server.core import context, drafts, draftsearch, extra, nextedit, sites
-from redraft.server.core.context import Mode, Snapshot, build, find_drafts, statement_rows, take_snapshot
+from redraft.server.core.context import Draft, Mode, Snapshot, build, find_drafts, statement_rows, take_snapshot
 from redraft.server.core.document import Document, split_lines, utf8_len, utf16_to_index
 from redraft.server.core.history import EditHistory
 from redraft.server.core.languages import syntax_for, walk, walk_rows
@@ -263,7 +263,9 @@ def test_drafts_match_a_bounded_stretch_before_the_cursor(monkeypatch):
     got = find_drafts(d, index, 1, 12, Mode.ARGS, 8)
     assert asked == [context.DRAFT_BEFORE_CHARS]
     assert got and got[0].text.startswith("beta)")
-    assert find_drafts(d, None, 1, 12, Mode.ARGS, 8) == ()  # no index (too large): no buffer drafts
+    # No index (too large): nothing from it, only the plain copy (linecopy.py), which reads a
+    # bounded window: the rest of the big line after its last "call(alpha, ".
+    assert find_drafts(d, None, 1, 12, Mode.ARGS, 8) == (Draft("beta); ", "buffer"),)
 
 
 # -- extra context -----------------------------------------------------------------------------

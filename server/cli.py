@@ -296,6 +296,9 @@ def _complete(args) -> int:
     post-processing, on the file as it is on disk. The model loads on a thread meanwhile."""
     clock = _Clock()
     path, line, col = parse_position(args.position)
+    from .core.settings import ServerConfig
+    if ServerConfig().excludes(str(path.resolve())):  # as the server: a secret file is never read
+        raise UserError(f"{path}: a secret file (.env, keys, credentials): redraft never reads it")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

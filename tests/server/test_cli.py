@@ -275,3 +275,14 @@ def test_every_shipped_model_answers_the_readme_example_without_a_loop(model, tm
         assert data["text"] == "getLogger(__name__)"
     assert loop_start(data["text"]) is None  # something sensible, or nothing (and stderr says why)
     assert data["text"] or "redraft: nothing to suggest here: " in out.stderr
+
+
+def test_complete_never_reads_a_secret_file(tmp_path):
+    secret = tmp_path / ".env"
+    secret.write_text("API_TOKEN=sk-live-9f8e7d6c5b4a\nOTHER_TOKEN=sk-", encoding="utf-8")
+    out = redraft("complete", f"{secret}:2:16", "--drafts", "only")
+    assert out.returncode == 2 and "secret file" in out.stderr and "9f8e7d" not in out.stdout + out.stderr
+    plain = tmp_path / "env.txt"  # the same text in a file that is not a secret one: it is read
+    plain.write_text(secret.read_text(), encoding="utf-8")
+    out = redraft("complete", f"{plain}:2:16", "--drafts", "only")
+    assert out.returncode == 0 and out.stdout.startswith("live-9f8e7d6c5b4a")

@@ -103,6 +103,15 @@ def read_sampler_defaults(folder: Path) -> dict:
 
 # -- config.json -> ModelConfig ------------------------------------------------------------
 
+def _languages(value, path: Path) -> tuple[str, ...]:
+    """config.json `redraft_languages`: the language ids a model was trained on (none: any)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidConfigError(f"{path}: redraft_languages must be a list of language ids")
+    return tuple(value)
+
+
 def read_config(folder: Path, tokenizer: Tokenizer | None) -> ModelConfig:
     path = folder / "config.json"
     if not path.is_file():
@@ -116,6 +125,7 @@ def read_config(folder: Path, tokenizer: Tokenizer | None) -> ModelConfig:
     try:
         fields = _fields(raw, path, tokenizer)
         fields |= _special_ids(raw, tokenizer, fields)
+        fields["languages"] = _languages(raw.get("redraft_languages"), path)
     except (TypeError, ValueError, AttributeError, ZeroDivisionError) as e:  # a value of the wrong type
         raise InvalidConfigError(f"{path}: a value has the wrong type or range ({e})") from None
     bad = [k for k in _SIZES if fields.get(k, 1) <= 0]

@@ -52,6 +52,9 @@ class ModelConfig:
     # shown (models trained to repair visible drafts, like redraft's own); "masked" masks each
     # draft token in turn and reads its probability (any masked-diffusion checkpoint).
     draft_scoring: str = "masked"
+    # The languages the model was trained on (config.json `redraft_languages`, LSP language ids);
+    # empty = not said (any language). The server lets drafts answer alone elsewhere.
+    languages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.draft_scoring not in ("visible", "masked"):

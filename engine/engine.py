@@ -121,7 +121,8 @@ class Engine:
             dtype = "int8" if self.model.int8 else str(p.dtype).removeprefix("torch.")
             self._info = EngineInfo(name=self.name, parameters=sum(t.numel() for t in self.model.parameters()),
                                     dtype=dtype, device=str(p.device),
-                                    scores_edits=not self.model_config.is_causal)
+                                    scores_edits=not self.model_config.is_causal,
+                                    languages=self.model_config.languages)
         return self._info
 
     @property

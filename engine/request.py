@@ -46,6 +46,7 @@ class EngineInfo:
     dtype: str  # of the weights, e.g. "bfloat16"
     device: str  # e.g. "cpu", "cuda:0"
     scores_edits: bool  # `Engine.score` can compare alternatives for one place (not a causal model)
+    languages: tuple[str, ...] = ()  # what the model was trained on (empty: not said)
 
 
 @dataclass

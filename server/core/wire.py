@@ -59,6 +59,7 @@ class RemoteInfo:
     context_limit: int
     context_overhead: int
     sampler: SamplerConfig
+    languages: tuple[str, ...] = ()  # what the model was trained on (empty: not said)
 
     def context_budget(self, span: int) -> int:
         return max(1, self.context_limit - span - self.context_overhead)
@@ -313,7 +314,8 @@ def encode_info(engine: Any) -> dict:
         limit = min(cfg.max_context_tokens, mc.max_position_embeddings)
     return {"protocol": PROTOCOL, "name": info.name, "parameters": info.parameters, "dtype": info.dtype,
             "device": info.device, "scores_edits": info.scores_edits, "context_limit": limit,
-            "context_overhead": max(0, limit - bare), "sampler": encode_sampler(engine.sampler)}
+            "context_overhead": max(0, limit - bare), "sampler": encode_sampler(engine.sampler),
+            "languages": list(getattr(info, "languages", ()))}
 
 
 def decode_info(d: Any) -> RemoteInfo:
@@ -324,7 +326,8 @@ def decode_info(d: Any) -> RemoteInfo:
     return RemoteInfo(_field(d, "name", str, w), _field(d, "parameters", int, w), _field(d, "dtype", str, w),
                       _field(d, "device", str, w), _field(d, "scores_edits", bool, w),
                       _field(d, "context_limit", int, w), _field(d, "context_overhead", int, w, 0),
-                      decode_sampler(_field(d, "sampler", dict, w), SamplerConfig()))
+                      decode_sampler(_field(d, "sampler", dict, w), SamplerConfig()),
+                      tuple(str(x) for x in _field(d, "languages", list, w, [])))
 
 
 # -- server-sent events -----------------------------------------------------------------------

@@ -32,6 +32,9 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
     config["max_position_embeddings"] = state["meta"]["seq"]
     if sampler:
         config["redraft_sampler"] = sampler  # defaults the engine uses for this model
+    mix = state["meta"].get("mix")
+    if mix:  # the languages it was trained on: the server lets drafts answer alone in others
+        config["redraft_languages"] = sorted(json.loads(mix))
     weights = load_file(str(source / "model.safetensors"))
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, str(dest / "model.safetensors"),
               metadata={"format": "pt"})

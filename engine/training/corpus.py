@@ -10,7 +10,7 @@ duplicates stay out, held-out and validation packages first so that a file they 
 with training stays out of training (corpus_dedup.py). Each package lands whole in one
 split, and a package's other versions (Rust crates) land with it.
 
-    redraft train corpus --out /work/state/corpus
+    redraft train corpus --out corpus
 
 builds into OUT-next and then swaps it for OUT: train/valid/heldout.jsonl.gz
 ({"package","lang","path","text"} per file), valid/ and heldout/ as plain trees

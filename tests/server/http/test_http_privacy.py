@@ -4,7 +4,6 @@ feed drafts except the excluded ones, and an excluded file gets no completion an
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import httpx
@@ -64,12 +63,10 @@ def test_a_request_ends_by_its_budget_however_slow_the_engine(inference, slow_en
     slow_engine["delay"] = 0.4
     server = Running(build_app(inference, replace(CONFIG, drafts="off", line_tokens=8, max_time=300)))
     try:
-        start, t0 = slow_engine["calls"], time.monotonic()
+        start = slow_engine["calls"]
         r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "x = ", "temperature": 0}, timeout=30)
-        took = time.monotonic() - t0
         assert r.status_code == 200
         assert slow_engine["calls"] - start + calls_until_free(inference, slow_engine) <= 2  # encode, one step
-        assert took < 1.5
         assert slow_engine["flags"][-1].deadline is not None and slow_engine["flags"][-1].expired()
         assert httpx.get(f"{server.url}/v1/redraft/stats").json()["budget_expired"] == 1
     finally:

@@ -23,6 +23,17 @@ from safetensors.torch import load_file, save_file
 from ..checkpoint import SHIPPED_DIR
 
 
+def trained_seconds(log: list[dict]) -> float:
+    """Wall time over every stretch of the run: logs written before resumed runs counted on
+    restart their seconds at each resume."""
+    total, last = 0.0, 0.0
+    for e in log:
+        s = e.get("seconds", 0.0)
+        total += s - last if s >= last else s
+        last = s
+    return round(total, 1)
+
+
 def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path = SHIPPED_DIR) -> Path:
     dest = dest_root / name
     dest.mkdir(parents=True, exist_ok=True)
@@ -49,12 +60,18 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
         "init": "/".join(Path(meta["init"]).parts[-2:]) if meta.get("init") else None,  # e.g. ar/step-800
         "steps": state["step"],
         "tokens_seen": log[-1]["tokens"] if log else 0,
-        "wall_seconds": log[-1]["seconds"] if log else 0,
+        "wall_seconds": trained_seconds(log),
         "final_train_loss": log[-1]["loss"] if log else None,
         "final_valid_loss": next((e["valid"] for e in reversed(log) if "valid" in e), None),
         "batch": meta["batch"], "seq": meta["seq"], "lr": meta["lr"], "seed": meta["seed"],
         "shape": meta["shape"],
     }
+    init_state = Path(meta["init"]) / "train_state.json" if meta.get("init") else None
+    if init_state and init_state.is_file():  # the warm start's own training, for the whole story
+        init_log = json.loads(init_state.read_text())["log"]
+        card["init_tokens_seen"] = init_log[-1]["tokens"] if init_log else 0
+        card["init_wall_seconds"] = trained_seconds(init_log)
+        card["total_tokens_seen"] = card["init_tokens_seen"] + card["tokens_seen"]
     (dest / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return dest
 

@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -235,6 +236,17 @@ def build_model(objective: str, tok, shape: dict, attention: str = "context_caus
     return model
 
 
+def _stop_on_sigterm() -> list:
+    """A list that becomes non-empty on SIGTERM: the loop then ends after its step and saves
+    (`kill PID` stops a background run without losing the steps since its last save)."""
+    stop: list = []
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    except ValueError:  # not the main thread (a test calling train()): no handler, no stop
+        pass
+    return stop
+
+
 def train(args) -> Path:
     torch.manual_seed(args.seed)
     if args.threads:
@@ -259,9 +271,11 @@ def train(args) -> Path:
         log.append(dict(step=0, tokens=0, seconds=0.0, **valid_entry(model, valid_batches, bf16)))
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc=args.objective, file=sys.stderr, mininterval=10)
-    started, saved, took = time.time(), step, 0.0
+    # Seconds count on from the saved log, so a resumed run's wall time is the sum of its stretches.
+    started, saved, took = time.time() - (log[-1]["seconds"] if log else 0.0), step, 0.0
     until = min(args.until or args.steps, args.steps)
-    while step < until and time.time() + took < args.deadline:  # no step that would end past it
+    stop = _stop_on_sigterm()
+    while step < until and time.time() + took < args.deadline and not stop:  # no step that would end past it
         began = time.time()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, args.schedule, args.decay)

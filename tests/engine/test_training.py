@@ -122,6 +122,9 @@ def test_resume_continues_exactly(tiny_corpus, tmp_path):
     a = load_file(str(tmp_path / "straight" / "last" / "model.safetensors"))
     b = load_file(str(tmp_path / "split" / "last" / "model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    log = json.loads((tmp_path / "split" / "last" / "train_state.json").read_text())["log"]
+    assert [e["step"] for e in log] == list(range(1, 7))
+    assert all(x["seconds"] <= y["seconds"] for x, y in zip(log, log[1:]))  # wall time adds up across stretches
 
 
 def test_context_next_token_loss_stays_in_the_context(tiny_corpus):
@@ -188,3 +191,48 @@ def test_a_tokenizer_trained_on_the_mix_round_trips_every_language(tiny_corpus):
         ids = tok.encode(text).ids
         assert tok.decode(ids) == text, lang
         assert len(ids) < len(text.encode()), lang  # merges learned for every language
+
+
+def test_ship_writes_a_loadable_model_whose_card_counts_the_warm_start(tiny_corpus, tmp_path):
+    from redraft.engine.training.ship import ship
+    base = ["--corpus", str(tiny_corpus), "--batch", "2", "--seq", "64", "--warmup", "2", "--eval-every", "100",
+            "--valid-batches", "1", "--save-every", "100", "--shape", TINY_SHAPE,
+            "--mix", '{"python": 1.0}']
+    train.main(base + ["--objective", "ar", "--tokenizer", str(tiny_corpus / "tok"), "--out", str(tmp_path / "ar"),
+                       "--steps", "4", "--until", "2"])
+    train.main(base + ["--objective", "ar", "--tokenizer", str(tiny_corpus / "tok"), "--out", str(tmp_path / "ar"),
+                       "--steps", "4", "--resume"])  # two stretches, as a long run has
+    train.main(base + ["--objective", "diffusion", "--context-ar", "--init", str(tmp_path / "ar" / "last"),
+                       "--out", str(tmp_path / "diffusion"), "--steps", "3"])
+    dest = ship(tmp_path / "diffusion" / "last", "candidate", {"block_size": 2}, dest_root=tmp_path / "models")
+    card = json.loads((dest / "card.json").read_text())
+    ar_log = json.loads((tmp_path / "ar" / "last" / "train_state.json").read_text())["log"]
+    assert card["init_tokens_seen"] == ar_log[-1]["tokens"] > 0
+    assert card["total_tokens_seen"] == card["init_tokens_seen"] + card["tokens_seen"] > card["tokens_seen"] > 0
+    assert card["init_wall_seconds"] == ar_log[-1]["seconds"]
+    config = json.loads((dest / "config.json").read_text())
+    assert config["redraft_languages"] == ["python"] and config["max_position_embeddings"] == 64
+    engine = Engine.load(dest, dtype="float32")
+    assert engine.model_config.languages == ("python",) and engine.sampler.block_size == 2
+    out = engine.infill("def add(a, b):\n    return ", "\n", sampler=engine.config.sampler.with_(span=8))
+    assert out.stats.forwards >= 1
+
+
+def test_sigterm_stops_after_the_step_and_saves(tiny_corpus, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "redraft.engine.training.train", "--objective", "ar", "--corpus", str(tiny_corpus),
+           "--tokenizer", str(tiny_corpus / "tok"), "--out", str(out), "--steps", "100000", "--batch", "2",
+           "--seq", "64", "--eval-every", "100000", "--valid-batches", "1", "--save-every", "100000",
+           "--shape", TINY_SHAPE, "--print-every", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # a few steps, then the signal
+        if line.startswith('{"step": 3,'):
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.stderr.read()
+    assert proc.wait(timeout=60) == 0
+    state = json.loads((out / "last" / "train_state.json").read_text())
+    assert 3 <= state["step"] < 100000 and state["log"][-1]["step"] == state["step"]

@@ -82,10 +82,13 @@ def certainty_penalty(logits: torch.Tensor, target: torch.Tensor) -> torch.Tenso
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # Keller Jordan's quintic: steep at 0, lands in ~[0.7, 1.2]
 
 
-def orthogonalize(g: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """U·S'·Vᵀ with S' ≈ 1 for g = U·S·Vᵀ: 5 Newton–Schulz iterations, in float32."""
+def orthogonalize(g: torch.Tensor, steps: int = 5, eps: float = 1e-7,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """U·S'·Vᵀ with S' ≈ 1 for g = U·S·Vᵀ: 5 Newton–Schulz iterations in `dtype`. bf16 gives
+    the same spread of singular values (the iteration only lands them in ~[0.7, 1.15]) at a
+    third of float32's time where the CPU multiplies bf16 natively."""
     a, b, c = NS_COEFFICIENTS
-    x = g.float()
+    x = g.to(dtype)
     tall = x.size(0) > x.size(1)
     if tall:  # iterate on the wide side: the Gram matrix is the smaller one
         x = x.T
@@ -105,9 +108,10 @@ class Muon(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr: float, weight_decay: float = 0.1, momentum: float = 0.95,
-                 nesterov: bool = True, ns_steps: int = 5):
+                 nesterov: bool = True, ns_steps: int = 5, ns_dtype: torch.dtype = torch.float32):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
                                       ns_steps=ns_steps))
+        self.ns_dtype = ns_dtype  # not a group setting: saved state stays the same either way
 
     @torch.no_grad()
     def step(self) -> None:
@@ -124,7 +128,7 @@ class Muon(torch.optim.Optimizer):
                 update = p.grad.lerp(buf, g["momentum"]) if g["nesterov"] else buf
                 p.mul_(1 - g["lr"] * g["weight_decay"])  # decoupled weight decay
                 scale = 0.2 * math.sqrt(max(p.shape))  # orthogonal update RMS is 1/√max; this makes it 0.2
-                p.add_(orthogonalize(update, g["ns_steps"]).to(p.dtype), alpha=-g["lr"] * scale)
+                p.add_(orthogonalize(update, g["ns_steps"], dtype=self.ns_dtype).to(p.dtype), alpha=-g["lr"] * scale)
 
 
 class Optimizers:
@@ -159,18 +163,20 @@ def hidden_matrices(model: torch.nn.Module) -> tuple[list, list, list]:
     return hidden, embed, norms
 
 
-def build_optimizers(model: torch.nn.Module, lr: float, kind: str = "muon") -> Optimizers:
+def build_optimizers(model: torch.nn.Module, lr: float, kind: str = "muon", bf16: bool = False) -> Optimizers:
     """Muon (5 Newton–Schulz steps, Nesterov momentum 0.95) on hidden matrices, AdamW elsewhere.
 
     Muon's updates are scaled to AdamW's RMS, so one learning rate and one schedule serve both.
-    kind="adamw": AdamW everywhere, as the first models were trained.
+    kind="adamw": AdamW everywhere, as the first models were trained. `bf16`: Newton–Schulz in
+    bf16 (only where bf16 is fast: on AVX2 it would be ~50× slower than float32).
     """
     hidden, embed, norms = hidden_matrices(model)
     adam = dict(lr=lr, betas=(0.9, 0.95), fused=False)
     if kind == "adamw":
         return Optimizers([torch.optim.AdamW([{"params": hidden + embed, "weight_decay": 0.1},
                                               {"params": norms, "weight_decay": 0.0}], **adam)], kind)
-    muon = Muon(hidden, lr=lr, weight_decay=0.1, momentum=0.95, nesterov=True, ns_steps=5)
+    muon = Muon(hidden, lr=lr, weight_decay=0.1, momentum=0.95, nesterov=True, ns_steps=5,
+                ns_dtype=torch.bfloat16 if bf16 else torch.float32)
     rest = torch.optim.AdamW([{"params": embed, "weight_decay": 0.1}, {"params": norms, "weight_decay": 0.0}],
                              **adam)
     return Optimizers([muon, rest], kind)

@@ -255,8 +255,8 @@ def train(args) -> Path:
     tok = _tok(tok_dir)
     shape = shape_for(tok, json.loads(args.shape) if args.shape else None)
     model = start_model(args, tok, shape)
-    opt = build_optimizers(model, args.lr, args.optimizer)
     bf16 = args.precision == "bf16" or (args.precision == "auto" and native_bf16())
+    opt = build_optimizers(model, args.lr, args.optimizer, bf16)
     out = Path(args.out)
     step, log = 0, []
     if args.resume:

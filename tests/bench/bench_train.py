@@ -32,7 +32,7 @@ def tokens_per_second(vocab: int, shape: dict, batch: int, seq: int, steps: int,
     cfg = ModelConfig(**dict(shape, vocab_size=vocab), tie_word_embeddings=True, family="redraft", shifted=True,
                       attention="causal", mask_token_id=1, pad_token_id=0, end_token_ids=(0,))
     model = DiffusionLM(cfg).train()
-    opt = build_optimizers(model, 1e-3, optimizer)
+    opt = build_optimizers(model, 1e-3, optimizer, bf16)
     fwd = torch.compile(loss_of) if compile_ else loss_of
     g = torch.Generator().manual_seed(0)
     times, cpu = [], []

@@ -131,8 +131,9 @@ def test_certainty_penalty_only_where_the_prediction_is_right():
 def test_muon_steps_are_orthogonal():
     torch.manual_seed(0)
     for shape in ((96, 32), (32, 128), (256, 768)):  # tall, wide, the model's MLP
-        s = torch.linalg.svdvals(recipe.orthogonalize(torch.randn(shape)))
-        assert 0.6 < float(s.min()) and float(s.max()) < 1.25, (shape, s.min(), s.max())
+        for dtype in (torch.float32, torch.bfloat16):
+            s = torch.linalg.svdvals(recipe.orthogonalize(torch.randn(shape), dtype=dtype).float())
+            assert 0.6 < float(s.min()) and float(s.max()) < 1.25, (shape, dtype, s.min(), s.max())
     p = torch.nn.Parameter(torch.randn(32, 96))
     before, grad = p.detach().clone(), torch.randn(32, 96)
     p.grad = grad

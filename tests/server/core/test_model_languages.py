@@ -52,9 +52,14 @@ def test_the_model_runs_where_it_knows_the_language_or_does_not_say():
     assert engine.asked > 0
 
 
-def test_the_shipped_models_say_python_and_a_remote_engine_passes_it_on():
+TRAINED = ("go", "javascript", "python", "rust", "typescript")
+
+
+def test_the_shipped_models_say_their_languages_and_a_remote_engine_passes_them_on():
     engine = Engine.load("redraft-diffusion")
-    assert engine.info().languages == ("python",)
+    assert engine.info().languages == TRAINED
     info = wire.decode_info(wire.encode_info(engine))
-    assert info.languages == ("python",) and info.name == "redraft-diffusion"
+    assert info.languages == TRAINED and info.name == "redraft-diffusion"
+    assert knows(engine, snap_at_end(GO, "file:///m.go", "go"))
+    assert not knows(engine, snap_at_end("int main(void) {\n  return 0", "file:///m.c", "c"))
     del engine

@@ -23,6 +23,7 @@ stops it at a wall-clock time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -236,15 +237,22 @@ def build_model(objective: str, tok, shape: dict, attention: str = "context_caus
     return model
 
 
-def _stop_on_sigterm() -> list:
-    """A list that becomes non-empty on SIGTERM: the loop then ends after its step and saves
-    (`kill PID` stops a background run without losing the steps since its last save)."""
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """A list that becomes non-empty on SIGTERM while the loop runs: it then ends after its
+    step and saves (`kill PID` stops a background run without losing the steps since its last
+    save). The previous handler is back afterwards (a process that trains in-process keeps
+    its own)."""
     stop: list = []
     try:
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-    except ValueError:  # not the main thread (a test calling train()): no handler, no stop
-        pass
-    return stop
+        before = signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    except ValueError:  # not the main thread: no handler, no stop
+        before = None
+    try:
+        yield stop
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def train(args) -> Path:
@@ -266,6 +274,8 @@ def train(args) -> Path:
         print(f"resumed at step {step}", file=sys.stderr)
     rows, valid_batches = data(args, tok)
     meta = {k: getattr(args, k) for k in META}
+    if args.init:  # absolute: the ship card reads the warm start's log from wherever it runs
+        meta["init"] = str(Path(args.init).resolve())
     meta["shape"] = shape
     if args.init and not log:  # where the warm start stands, on the same validation batches
         log.append(dict(step=0, tokens=0, seconds=0.0, **valid_entry(model, valid_batches, bf16)))
@@ -274,32 +284,32 @@ def train(args) -> Path:
     # Seconds count on from the saved log, so a resumed run's wall time is the sum of its stretches.
     started, saved, took = time.time() - (log[-1]["seconds"] if log else 0.0), step, 0.0
     until = min(args.until or args.steps, args.steps)
-    stop = _stop_on_sigterm()
-    while step < until and time.time() + took < args.deadline and not stop:  # no step that would end past it
-        began = time.time()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, args.schedule, args.decay)
-        batch = dict(rows.batch(step), full=args.attention == "full", certainty=args.certainty)
-        stats: dict = {}
-        loss = train_step(model, opt, batch, stats, bf16)
-        step += 1
-        tokens = (log[-1]["tokens"] if log else 0) + batch["ids"].numel()  # rows may grow
-        entry = {"step": step, "loss": round(loss, 4), "tokens": tokens, "seconds": round(time.time() - started, 1),
-                 **{k: round(v, 4) for k, v in stats.items()}}
-        if step % args.eval_every == 0 or step == args.steps:
-            entry.update(valid_entry(model, valid_batches, bf16))
-        log.append(entry)
-        bar.update(1)
-        bar.set_postfix(loss=entry["loss"], valid=entry.get("valid"))
-        if args.print_every and (step % args.print_every == 0 or "valid" in entry):
-            bar.write(json.dumps(dict(entry, seq=batch["ids"].shape[1], copy=round(rows.copy(step - 1), 3))),
-                      file=sys.stderr)
-        if step in args.snapshot_at:
-            save_state(out / f"step-{step}", model, opt, step, log, meta, tok_dir)
-        if step % args.save_every == 0 or step == until:
-            save_state(out / "last", model, opt, step, log, meta, tok_dir)
-            saved = step
-        took = time.time() - began
+    with _stop_on_sigterm() as stop:
+        while step < until and time.time() + took < args.deadline and not stop:  # no step that would end past it
+            began = time.time()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, args.schedule, args.decay)
+            batch = dict(rows.batch(step), full=args.attention == "full", certainty=args.certainty)
+            stats: dict = {}
+            loss = train_step(model, opt, batch, stats, bf16)
+            step += 1
+            tokens = (log[-1]["tokens"] if log else 0) + batch["ids"].numel()  # rows may grow
+            entry = {"step": step, "loss": round(loss, 4), "tokens": tokens, "seconds": round(time.time() - started, 1),
+                     **{k: round(v, 4) for k, v in stats.items()}}
+            if step % args.eval_every == 0 or step == args.steps:
+                entry.update(valid_entry(model, valid_batches, bf16))
+            log.append(entry)
+            bar.update(1)
+            bar.set_postfix(loss=entry["loss"], valid=entry.get("valid"))
+            if args.print_every and (step % args.print_every == 0 or "valid" in entry):
+                bar.write(json.dumps(dict(entry, seq=batch["ids"].shape[1], copy=round(rows.copy(step - 1), 3))),
+                          file=sys.stderr)
+            if step in args.snapshot_at:
+                save_state(out / f"step-{step}", model, opt, step, log, meta, tok_dir)
+            if step % args.save_every == 0 or step == until:
+                save_state(out / "last", model, opt, step, log, meta, tok_dir)
+                saved = step
+            took = time.time() - began
     bar.close()
     if saved != step or not (out / "last").is_dir():  # stopped by the deadline between saves
         save_state(out / "last", model, opt, step, log, meta, tok_dir)

@@ -117,7 +117,10 @@ def test_resume_continues_exactly(tiny_corpus, tmp_path):
             "--save-every", "3", "--shape", TINY_SHAPE, "--steps", "6"]
     train.main(base + ["--out", str(tmp_path / "straight")])
     train.main(base + ["--out", str(tmp_path / "split"), "--until", "3"])
+    import signal
+    before = signal.getsignal(signal.SIGTERM)
     train.main(base + ["--out", str(tmp_path / "split"), "--resume"])
+    assert signal.getsignal(signal.SIGTERM) is before  # training in-process leaves the caller's handler
     from safetensors.torch import load_file
     a = load_file(str(tmp_path / "straight" / "last" / "model.safetensors"))
     b = load_file(str(tmp_path / "split" / "last" / "model.safetensors"))

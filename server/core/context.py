@@ -10,9 +10,9 @@ picks the span budget for the mode.
 
 Modes: LINE (finish the rest of the line), BLOCK (a new block body after ':' or '{'), ARGS
 (inside an argument list) and NONE (mid-identifier with word characters right of the
-cursor, inside a string or a comment unless enabled — `strings` is on and `comments` off by
-default — other text right of the cursor, binary-looking text): NONE answers nothing
-without running the model.
+cursor, inside a string or a comment unless enabled, other text right of the cursor,
+binary-looking text): NONE answers nothing without running the model. Inside a comment only
+LINE applies (a comment line ending in ':' or '(' opens no block).
 
 Size: nothing here reads the whole document. A snapshot freezes only the lines within
 `snapshot_lines(config)` rows of the cursor (more than the windows can take: whole lines of at
@@ -32,7 +32,7 @@ import enum
 import re
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from . import draftsearch as draft_search
 from .drafts import DraftIndex
@@ -80,6 +80,12 @@ class Snapshot:
     nlines: int = -1  # lines in the document (-1: len(lines), the whole document)
     lookup: CopyLookup | None = None  # the cache model's lookup over the drafts' indexes (copying.py)
     in_string: bool = False  # the cursor is in the text of a string or docstring, not in an f-string field (drafts answer there: inference.py)
+    in_comment: bool = False  # the cursor is in a comment (drafts answer there too)
+
+    @property
+    def in_prose(self) -> bool:
+        """Inside a string or a comment: text for people, where drafts answer alone."""
+        return self.in_string or self.in_comment
 
     def __post_init__(self) -> None:
         if self.nlines < 0:
@@ -146,9 +152,17 @@ def _ancestors(doc: Document, row: int, col: int):
         node = node.parent
 
 
-def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mode, str, str, bool]:
-    """(mode, reason, header indentation, whether the cursor is inside a string) at a cursor
-    inside `doc`."""
+class Detected(NamedTuple):
+    mode: Mode
+    reason: str
+    header_indent: str
+    in_string: bool = False
+    in_comment: bool = False
+
+
+def detect(doc: Document, row: int, col: int, config: ServerConfig) -> Detected:
+    """The mode at a cursor inside `doc`, why, the header indentation, and whether the cursor
+    is inside a string or a comment."""
     line = doc.line_body(row)
     indent = _indent(line)
     at = col
@@ -157,20 +171,21 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
         line, at = line[cut:col + LONG_LINE_CHARS], col - cut
     left, right = line[:at], line[at:]
     if _binary(line) or _binary(left[-200:]):
-        return Mode.NONE, "binary", "", False
+        return Detected(Mode.NONE, "binary", "")
     if right[:1].isalnum() or right[:1] == "_":
-        return Mode.NONE, "mid-identifier", "", False
-    in_args = in_string = in_field = False
+        return Detected(Mode.NONE, "mid-identifier", "")
+    in_args = in_string = in_field = in_comment = False
     if doc.tree is not None:
         for node, b in _ancestors(doc, row, col):  # innermost first
             if node.type in COMMENT_TYPES and node.start_point < b <= node.end_point:
                 if not config.comments:
-                    return Mode.NONE, "comment", "", False
+                    return Detected(Mode.NONE, "comment", "")
+                in_comment = True
             elif node.type in FIELD_TYPES and node.start_point < b < node.end_point:
                 in_field = True  # code inside a string: the strings around it do not count
             elif node.type in STRING_TYPES and node.start_point < b < node.end_point and not in_field:
                 if not config.strings:
-                    return Mode.NONE, "string", "", True
+                    return Detected(Mode.NONE, "string", "", True)
                 in_string = True
             elif node.type in ARGUMENT_TYPES and node.start_point < b < node.end_point:
                 in_args = True
@@ -178,18 +193,22 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> tuple[Mod
     in_args = in_args or _open_parens(left) > 0
     rest = right.strip()
     only_closers = all(ch in CLOSERS or ch in QUOTES or ch in ";,: " for ch in rest)
+    if in_comment:  # prose (or commented-out code): the rest of the line, nothing more
+        if only_closers:
+            return Detected(Mode.LINE, "rest of a comment line", indent, in_comment=True)
+        return Detected(Mode.NONE, "text right of the cursor", "", in_comment=True)
     openers = doc.syntax.block_openers
     if left.strip() == "" and not rest:
         prev = _previous_nonblank(doc, row)
         if prev is not None and body(doc.lines[prev]).rstrip().endswith(openers):
-            return Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev)), in_string
+            return Detected(Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev)), in_string)
     if left.rstrip().endswith(openers) and (not rest or rest in ("}",)) and not in_args:
-        return Mode.BLOCK, "after a block opener", indent, in_string
+        return Detected(Mode.BLOCK, "after a block opener", indent, in_string)
     if in_args:
-        return Mode.ARGS, "argument list", indent, in_string
+        return Detected(Mode.ARGS, "argument list", indent, in_string)
     if only_closers:
-        return Mode.LINE, "rest of line", indent, in_string
-    return Mode.NONE, "text right of the cursor", "", in_string
+        return Detected(Mode.LINE, "rest of line", indent, in_string)
+    return Detected(Mode.NONE, "text right of the cursor", "", in_string)
 
 
 def _open_parens(left: str) -> int:
@@ -226,7 +245,7 @@ class AskedMode:
 
 def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra: str = "",
                   drafts: tuple[Draft, ...] = (), asked: AskedMode | None = None) -> Snapshot:
-    mode, reason, indent, in_string = detect(doc, row, col, config)
+    mode, reason, indent, in_string, in_comment = detect(doc, row, col, config)
     if asked is not None and (not asked.only_if_none or (mode is Mode.NONE and reason != "binary")):
         reason = f"{asked.reason}, {reason}" if asked.only_if_none else asked.reason
         mode, indent = asked.mode, _indent(doc.line_body(row)) if asked.header_indent is None else asked.header_indent
@@ -236,7 +255,7 @@ def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra
         doc.note_limit("snapshot", f"over {reach} lines each side of the cursor: snapshots keep a window")
     return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines[first:end]), row, col, mode, reason, indent,
                     config, extra, drafts, statement_rows(doc, row, first=first, last=end), first, len(doc.lines),
-                    in_string=in_string)
+                    in_string=in_string, in_comment=in_comment)
 
 
 def snapshot_lines(config: ServerConfig) -> int:

@@ -45,7 +45,8 @@ _EXTENSIONS = {".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "
 
 COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
 STRING_TYPES = frozenset({"string", "string_content", "string_fragment", "template_string", "string_literal",
-                          "raw_string_literal", "interpreted_raw_string_literal", "char_literal",
+                          "raw_string_literal", "raw_string_literal_content", "interpreted_string_literal",
+                          "interpreted_string_literal_content", "multiline_string_fragment", "char_literal",
                           "character_literal", "concatenated_string", "text_block"})
 # Code inside a string (f-string fields, template substitutions): a cursor there is not in text.
 FIELD_TYPES = frozenset({"interpolation", "template_substitution"})
@@ -54,6 +55,9 @@ ARGUMENT_TYPES = frozenset({"argument_list", "arguments", "parameters", "formal_
 OPEN_CLOSE = {"(": ")", "[": "]", "{": "}"}
 CLOSERS = frozenset(")]}")
 QUOTES = frozenset("\"'`")
+# Languages where a backtick delimits a string (template literals, Go's raw strings); elsewhere
+# it is text (reStructuredText's ``code`` in Python docstrings).
+BACKTICK_STRINGS = frozenset({"javascript", "javascriptreact", "typescript", "typescriptreact", "go"})
 
 
 @dataclass(frozen=True)

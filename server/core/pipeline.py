@@ -81,8 +81,9 @@ def answer(engine: Engine | None, snap: Snapshot, flag: CancelFlag | None = None
         return Answer(None, False, expired=True)
     mode = snap.config.drafts
     # Inside strings (docstrings, mostly prose) the model added nothing to its drafts on the
-    # validation packages, at ~150 ms a request against ~2 (docs/evaluation.md): the drafts answer alone.
-    if mode == "only" or (mode == "seeded" and (snap.in_string or not knows(engine, snap))) or \
+    # validation packages, at ~150 ms a request against ~2 (docs/evaluation.md): the drafts answer
+    # alone, there and in comments.
+    if mode == "only" or (mode == "seeded" and (snap.in_prose or not knows(engine, snap))) or \
             (engine is None and mode != "off"):
         return answer_from_drafts(snap)
     if engine is None:
@@ -121,7 +122,7 @@ def answer_from_drafts(snap: Snapshot) -> Answer:
         if edit is not None:
             found = Answer(edit, False, raw=d.text, source=d.source)
             break
-    if snap.config.names and not snap.in_string:
+    if snap.config.names and not snap.in_prose:
         rest = names.forced_name(snap, "" if found.edit is None else found.edit.text)
         edit = postprocess.finish(snap, ctx, rest) if rest else None
         if edit is not None:

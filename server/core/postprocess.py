@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import tree_sitter
 
 from .context import Context, Mode, Snapshot
-from .languages import CLOSERS, OPEN_CLOSE, QUOTES, count_errors, new_parser
+from .languages import BACKTICK_STRINGS, CLOSERS, OPEN_CLOSE, QUOTES, count_errors, new_parser
 from .repetition import cut_loop
 
 
@@ -236,10 +236,20 @@ def _errors_of(language: str, parser: tree_sitter.Parser, window: bytes) -> int:
 _LEAVES_STRING = frozenset("\"'`\\{}\n\r")
 
 
-def inert_in_string(snap: Snapshot, text: str) -> bool:
-    """Whether `text` inserted at the cursor stays plain string content: the document has the
-    cursor inside a string and the text holds nothing that could end it or open a field."""
-    return snap.in_string and not any(ch in _LEAVES_STRING for ch in text)
+# What can end a comment (a line comment at the line's end, a block comment at `*/`) or nest
+# another (Rust's block comments nest).
+_LEAVES_COMMENT = ("\n", "\r", "*/", "/*")
+
+
+def inert_in_prose(snap: Snapshot, text: str) -> bool:
+    """Whether `text` inserted at the cursor stays plain string or comment content: the cursor
+    is inside a string or a comment and the text holds nothing that could end it or open a
+    field. Such text cannot change the parse, so it is not checked (a window cut inside a
+    JSDoc block reads as broken code, and the check then blamed every completion)."""
+    if snap.in_string:
+        leaves = _LEAVES_STRING if snap.syntax.name in BACKTICK_STRINGS else _LEAVES_STRING - {"`"}
+        return not any(ch in leaves for ch in text)
+    return snap.in_comment and not any(s in text for s in _LEAVES_COMMENT)
 
 
 def enclosing_blocks(window: str) -> str:
@@ -346,6 +356,6 @@ def finish(snap: Snapshot, ctx: Context, raw: str) -> Edit | None:
     if not text.strip():
         return None
     replace = min(replace, closers_replaced(text, snap.right))
-    if not inert_in_string(snap, text) and adds_errors(snap, ctx, text, replace):
+    if not inert_in_prose(snap, text) and adds_errors(snap, ctx, text, replace):
         return None
     return Edit(text, replace)

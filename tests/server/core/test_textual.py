@@ -69,7 +69,7 @@ def test_history_groups_nearby_edits_within_a_second():
     ("def f():\n    \n", 1, 4, Mode.BLOCK),
     ("x = \n", 0, 4, Mode.LINE),
     ("x = abc\n", 0, 4, Mode.NONE),  # word characters right of the cursor
-    ("# note\n", 0, 6, Mode.NONE),  # comment
+    ("# note\n", 0, 6, Mode.LINE),  # comment: the rest of its line (drafts answer, test_comments.py)
     ("s = 'abc'\n", 0, 6, Mode.NONE),  # string
 ])
 def test_modes(text, row, col, mode):

@@ -143,15 +143,20 @@ async def test_unknown_language_uses_plain_text(client: LanguageClient):
     assert after["model_runs"] == before["model_runs"] + 1  # it still asked the model
 
 
-async def test_nothing_inside_identifiers_and_comments(client: LanguageClient):
+async def test_nothing_inside_identifiers_and_comments_from_drafts(client: LanguageClient):
     uri = "file:///work/modes.py"
-    open_doc(client, uri, "name = 'abc'\n# a comment\nvalue = other\n")
+    open_doc(client, uri, "name = 'abc'\n# a comment on names\nvalue = other\n# a comment\n")
     before = await stats(client)
     assert await complete(client, uri, 0, 9) == []  # in front of the string's "bc"
-    assert await complete(client, uri, 1, 11) == []  # inside the comment
     assert await complete(client, uri, 2, 8) == []  # in front of an identifier
-    after = await stats(client)
-    assert after["model_runs"] == before["model_runs"]
+    items = await complete(client, uri, 3, 11)  # at the end of the second comment
+    assert [i.insert_text for i in items] == [" on names"]  # the first comment's rest, from drafts
+    assert (await stats(client))["model_runs"] == before["model_runs"]
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"comments": False}}))
+    try:
+        assert await complete(client, uri, 3, 11) == []
+    finally:
+        client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"comments": True}}))
 
 
 DOCSTRINGS = 'def f(a, b):\n    """Return the sum of both values, as a float."""\n\n\ndef g(a, b):\n    """Return the sum """\n'

@@ -1,0 +1,112 @@
+"""Completing inside comments: the rest of the line, from drafts alone, unless turned off."""
+
+from __future__ import annotations
+
+import pytest
+
+from redraft.server.core import postprocess
+from redraft.server.core.context import Mode, own_drafts, text_snapshot
+from redraft.server.core.inference import answer
+from redraft.server.core.settings import ServerConfig
+
+RUST = ("/// Returns the number of matches found in the haystack.\n"
+        "fn count() -> usize { 0 }\n\n"
+        "/// Returns the number of |\n"
+        "fn total() -> usize { 0 }\n")
+GO = ("// Open returns the file named by path, opened for reading.\n"
+      "func Open(path string) {}\n\n"
+      "// Create returns the file named by |\n"
+      "func Create(path string) {}\n")
+PYTHON = ("# Keep the cache small: evict the oldest entry first.\n"
+          "cache = {}\n"
+          "# Keep the cache small: |\n")
+
+
+def snapshot(text: str, language: str, config: ServerConfig = ServerConfig()):
+    at = text.index("|")
+    snap, doc = text_snapshot(f"file:///t.{language}", text.replace("|", ""), at, config, language)
+    return own_drafts(snap, doc, config)
+
+
+@pytest.mark.parametrize("text, language, rest", [
+    (RUST, "rust", "matches found in the haystack."),
+    (GO, "go", "path, opened for reading."),
+    (PYTHON, "python", "evict the oldest entry first."),
+])
+def test_a_comment_line_is_completed_from_drafts_without_the_model(text, language, rest):
+    snap = snapshot(text, language)
+    assert (snap.mode, snap.in_comment, snap.in_string) == (Mode.LINE, True, False)
+    got = answer(object(), snap)  # an engine that would fail if it were called
+    assert not got.ran_model and got.source == "buffer"
+    assert got.edit is not None and got.edit.text == rest
+
+
+def test_comments_turned_off_answer_nothing():
+    snap = snapshot(RUST, "rust", ServerConfig(comments=False))
+    assert (snap.mode, snap.reason) == (Mode.NONE, "comment")
+    assert answer(object(), snap).edit is None
+
+
+def test_a_comment_ending_like_a_block_header_is_still_one_line():
+    """`# Example:` or `// call f(` inside a comment open no block and no argument list."""
+    for text, language in (("x = 1\n# Example:|\n", "python"), ("// call open(|\nfunc f() {}\n", "go")):
+        snap = snapshot(text, language)
+        assert (snap.mode, snap.in_comment) == (Mode.LINE, True), text
+
+
+def test_text_right_of_the_cursor_in_a_comment_answers_nothing():
+    snap = snapshot("// a comment | (that goes on)\nfunc f() {}\n", "go")
+    assert snap.mode is Mode.NONE and snap.in_comment
+
+
+def test_code_after_a_comment_is_not_in_it():
+    snap = snapshot("# a comment\nvalue = compu|\n", "python")
+    assert not snap.in_comment and snap.mode is Mode.LINE
+
+
+TS_DOC = ("import { Stream } from './stream';\n\n"
+          "/**\n"
+          " * Builds a stream that fails with the given error as soon as a reader subscribes.\n"
+          " * The error is sent immediately upon subscription.\n"
+          " *\n"
+          " * <span class=\"note\">It fails and does nothing else</span>\n"
+          " */\n"
+          "export function failing(error: Error): Stream { return new Stream(error); }\n\n"
+          "/**\n"
+          " * Builds a stream that ends immediately upon sub|\n"
+          " */\n"
+          "export function empty(): Stream { return new Stream(); }\n")
+
+
+def test_a_jsdoc_line_is_completed():
+    snap = snapshot(TS_DOC, "typescript")
+    assert snap.in_comment and snap.mode is Mode.LINE
+    got = answer(object(), snap)
+    assert got.edit is not None and got.edit.text == "scription."
+
+
+@pytest.mark.parametrize("language, text, inert", [
+    ("rust", "matches found in the `haystack`.", True),
+    ("rust", "matches */ found", False),  # would end a block comment
+    ("go", "matches\nfound", False),  # would end a line comment
+])
+def test_what_can_end_a_comment_is_checked(language, text, inert):
+    snap = snapshot("// count the |\nfn f() {}\n" if language == "rust" else "// count the |\nfunc f() {}\n", language)
+    assert snap.in_comment
+    assert postprocess.inert_in_prose(snap, text) is inert
+
+
+@pytest.mark.parametrize("language, inert", [("python", True), ("javascript", False), ("go", False)])
+def test_a_backtick_ends_strings_only_where_it_quotes(language, inert):
+    text = {"python": 'x = "see |"\n', "javascript": 'const x = "see |";\n', "go": 'var x = "see |"\n'}[language]
+    snap = snapshot(text, language)
+    assert snap.in_string
+    assert postprocess.inert_in_prose(snap, "``code`` here") is inert
+
+
+@pytest.mark.parametrize("language, text", [
+    ("go", 'var x = "see |"\n'), ("go", "var x = `see |`\n"), ("rust", 'let x = "see |";\n'),
+    ("c", 'char *x = "see |";\n'), ("java", 'class A { String x = "see |"; }\n'),
+])
+def test_string_literals_of_every_grammar_count_as_strings(language, text):
+    assert snapshot(text, language).in_string

@@ -194,7 +194,7 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> Detected:
     rest = right.strip()
     only_closers = all(ch in CLOSERS or ch in QUOTES or ch in ";,: " for ch in rest)
     if in_comment:  # prose (or commented-out code): the rest of the line, nothing more
-        if only_closers:
+        if only_closers or rest == "*/":  # (a block comment's end: the completion goes before it)
             return Detected(Mode.LINE, "rest of a comment line", indent, in_comment=True)
         return Detected(Mode.NONE, "text right of the cursor", "", in_comment=True)
     openers = doc.syntax.block_openers

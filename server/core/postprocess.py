@@ -349,8 +349,21 @@ def _python_error(source: str, open_string: bool = False) -> tuple[int, int] | N
     return None
 
 
+COMMENT_END = "*/"
+
+
+def before_comment_end(snap: Snapshot, text: str) -> str:
+    """Inside a block comment whose `*/` follows the cursor on its line, the completion up to
+    its own `*/` (copied from a comment that ended there), without the space the line already
+    has before it: the comment's end stays the document's."""
+    if not snap.in_comment or not snap.right.lstrip().startswith(COMMENT_END) or COMMENT_END not in text:
+        return text
+    text = text[:text.index(COMMENT_END)]
+    return text.rstrip() if snap.right[:1].isspace() else text
+
+
 def finish(snap: Snapshot, ctx: Context, raw: str) -> Edit | None:
-    text = cut_loop(trim_unit(snap, raw))
+    text = before_comment_end(snap, cut_loop(trim_unit(snap, raw)))
     replace = closers_replaced(text, snap.right)
     text = drop_suffix_repeats(snap, ctx, text, replace)
     if not text.strip():

@@ -110,3 +110,16 @@ def test_a_backtick_ends_strings_only_where_it_quotes(language, inert):
 ])
 def test_string_literals_of_every_grammar_count_as_strings(language, text):
     assert snapshot(text, language).in_string
+
+
+@pytest.mark.parametrize("language, line", [
+    ("go", "/* the total |*/"), ("c", "/* the total | */"), ("typescript", "/** the total | */"),
+])
+def test_a_block_comment_is_completed_before_its_end_on_the_line(language, line):
+    text = f"/* the total count of items */\nx = 1;\n{line}\ny = 2;\n"
+    snap = snapshot(text, language)
+    assert snap.mode is Mode.LINE and snap.in_comment
+    got = answer(object(), snap)
+    assert got.edit is not None and got.edit.replace == 0
+    done = snap.left + got.edit.text + snap.right
+    assert done == line.replace("|", "count of items ").replace("  */", " */")  # one "*/", its space kept

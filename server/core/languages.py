@@ -47,7 +47,7 @@ COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
 STRING_TYPES = frozenset({"string", "string_content", "string_fragment", "template_string", "string_literal",
                           "raw_string_literal", "raw_string_literal_content", "interpreted_string_literal",
                           "interpreted_string_literal_content", "multiline_string_fragment", "char_literal",
-                          "character_literal", "concatenated_string", "text_block"})
+                          "character_literal", "text_block"})
 # Code inside a string (f-string fields, template substitutions): a cursor there is not in text.
 FIELD_TYPES = frozenset({"interpolation", "template_substitution"})
 ARGUMENT_TYPES = frozenset({"argument_list", "arguments", "parameters", "formal_parameters", "parameter_list",

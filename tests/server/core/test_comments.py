@@ -123,3 +123,13 @@ def test_a_block_comment_is_completed_before_its_end_on_the_line(language, line)
     assert got.edit is not None and got.edit.replace == 0
     done = snap.left + got.edit.text + snap.right
     assert done == line.replace("|", "count of items ").replace("  */", " */")  # one "*/", its space kept
+
+
+def test_between_the_parts_of_a_concatenated_string_is_code():
+    """Python reads `"a"` then `"b"` on the next line as one concatenated string: a cursor
+    after the first closing quote is in the dictionary's code, where a key's value follows."""
+    text = 'EMOJI = {\n    "dolls": "🎎",\n}\nOTHER = {\n    "dolls"|\n    "train": "🚄",\n}\n'
+    snap = snapshot(text, "python")
+    assert not snap.in_string and snap.mode is Mode.LINE
+    got = answer(None, snap)
+    assert got.edit is not None and got.edit.text == ': "🎎",'

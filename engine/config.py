@@ -123,6 +123,10 @@ class SamplerConfig:
     # still writes after many steps is one it is unsure of nearly everywhere; the server sets it
     # for lines (inference.LINE_STEPS).
     give_up_after: int = 0
+    # What a request out of those steps answers: "abstain", or "prefix" — the text it committed
+    # before its first masked position, as a request out of time does (a row with nothing
+    # committed still abstains). Judged by min_score like any answer, over what it wrote.
+    out_of_steps: str = "abstain"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -136,6 +140,8 @@ class SamplerConfig:
             raise ValueError("threshold must be in [0, 1]")
         if self.give_up_after < 0:
             raise ValueError("give_up_after must be >= 0")
+        if self.out_of_steps not in ("abstain", "prefix"):
+            raise ValueError(f"out_of_steps must be 'abstain' or 'prefix', got {self.out_of_steps!r}")
         if self.draft_rule not in ("keep", "override"):
             raise ValueError(f"unknown draft_rule {self.draft_rule!r}")
         if not 0.0 <= self.draft_keep <= 1.0:

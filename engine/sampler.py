@@ -255,8 +255,17 @@ class Denoiser:
         self._give_up(st, {req for req, score in best.items() if score < bar})
 
     def _give_up_unfinished(self, st: Running) -> None:
-        """Abstain for every request with a row still masked (`give_up_after` steps are spent)."""
-        self._give_up(st, {st.alive[b] for b in range(st.batch.B) if bool(st.masked[b].any())})
+        """`give_up_after` steps are spent: every request with a row still masked abstains, or
+        (out_of_steps "prefix") its rows keep what they committed before their first mask and
+        only a request whose every such row is empty abstains."""
+        unfinished = {st.alive[b] for b in range(st.batch.B) if bool(st.masked[b].any())}
+        if self.scfg.out_of_steps == "abstain":
+            self._give_up(st, unfinished)
+            return
+        at = st.batch.span_at
+        wrote = {st.alive[b] for b in range(st.batch.B) if not bool(st.masked[b, at])}
+        cut_at_first_mask(st.x, st.masked, at, self.pad_id)
+        self._give_up(st, unfinished - wrote)
 
     def _give_up(self, st: Running, requests: set[int]) -> None:
         """Stop `requests` here: their rows' masked positions become padding and they abstain."""

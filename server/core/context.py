@@ -81,6 +81,7 @@ class Snapshot:
     lookup: CopyLookup | None = None  # the cache model's lookup over the drafts' indexes (copying.py)
     in_string: bool = False  # the cursor is in the text of a string or docstring, not in an f-string field (drafts answer there: inference.py)
     in_comment: bool = False  # the cursor is in a comment (drafts answer there too)
+    quote: str = ""  # the quote that ends the string the cursor is in, where the grammar shows it
 
     @property
     def in_prose(self) -> bool:
@@ -158,6 +159,16 @@ class Detected(NamedTuple):
     header_indent: str
     in_string: bool = False
     in_comment: bool = False
+    quote: str = ""  # in a string: the quote character that would end it ("" when unknown)
+
+
+def _opening_quote(doc: Document, node) -> str:
+    """The quote character a string node opens with, past a prefix such as Python's `rb` or
+    Rust's `r#` ("" when it does not start with a quote: a grammar's inner content node)."""
+    row, bcol = node.start_point
+    start = doc.char_col(row, bcol)
+    head = doc.lines[row][start:start + 8].lstrip("rRbBuUfFtT#@")
+    return head[:1] if head[:1] in QUOTES else ""
 
 
 def detect(doc: Document, row: int, col: int, config: ServerConfig) -> Detected:
@@ -175,6 +186,7 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> Detected:
     if right[:1].isalnum() or right[:1] == "_":
         return Detected(Mode.NONE, "mid-identifier", "")
     in_args = in_string = in_field = in_comment = False
+    quote = ""
     if doc.tree is not None:
         for node, b in _ancestors(doc, row, col):  # innermost first
             if node.type in COMMENT_TYPES and node.start_point < b <= node.end_point:
@@ -187,6 +199,7 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> Detected:
                 if not config.strings:
                     return Detected(Mode.NONE, "string", "", True)
                 in_string = True
+                quote = _opening_quote(doc, node) or quote  # the outermost string node tells
             elif node.type in ARGUMENT_TYPES and node.start_point < b < node.end_point:
                 in_args = True
     # An unclosed "(" parses as an ERROR node, not an argument list: the text tells then.
@@ -201,14 +214,15 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> Detected:
     if left.strip() == "" and not rest:
         prev = _previous_nonblank(doc, row)
         if prev is not None and body(doc.lines[prev]).rstrip().endswith(openers):
-            return Detected(Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev)), in_string)
+            return Detected(Mode.BLOCK, "new line after a block opener", _indent(doc.line_body(prev)), in_string,
+                            quote=quote)
     if left.rstrip().endswith(openers) and (not rest or rest in ("}",)) and not in_args:
-        return Detected(Mode.BLOCK, "after a block opener", indent, in_string)
+        return Detected(Mode.BLOCK, "after a block opener", indent, in_string, quote=quote)
     if in_args:
-        return Detected(Mode.ARGS, "argument list", indent, in_string)
+        return Detected(Mode.ARGS, "argument list", indent, in_string, quote=quote)
     if only_closers:
-        return Detected(Mode.LINE, "rest of line", indent, in_string)
-    return Detected(Mode.NONE, "text right of the cursor", "", in_string)
+        return Detected(Mode.LINE, "rest of line", indent, in_string, quote=quote)
+    return Detected(Mode.NONE, "text right of the cursor", "", in_string, quote=quote)
 
 
 def _open_parens(left: str) -> int:
@@ -245,7 +259,7 @@ class AskedMode:
 
 def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra: str = "",
                   drafts: tuple[Draft, ...] = (), asked: AskedMode | None = None) -> Snapshot:
-    mode, reason, indent, in_string, in_comment = detect(doc, row, col, config)
+    mode, reason, indent, in_string, in_comment, quote = detect(doc, row, col, config)
     if asked is not None and (not asked.only_if_none or (mode is Mode.NONE and reason != "binary")):
         reason = f"{asked.reason}, {reason}" if asked.only_if_none else asked.reason
         mode, indent = asked.mode, _indent(doc.line_body(row)) if asked.header_indent is None else asked.header_indent
@@ -255,7 +269,7 @@ def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra
         doc.note_limit("snapshot", f"over {reach} lines each side of the cursor: snapshots keep a window")
     return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines[first:end]), row, col, mode, reason, indent,
                     config, extra, drafts, statement_rows(doc, row, first=first, last=end), first, len(doc.lines),
-                    in_string=in_string, in_comment=in_comment)
+                    in_string=in_string, in_comment=in_comment, quote=quote)
 
 
 def snapshot_lines(config: ServerConfig) -> int:

@@ -247,7 +247,10 @@ def inert_in_prose(snap: Snapshot, text: str) -> bool:
     field. Such text cannot change the parse, so it is not checked (a window cut inside a
     JSDoc block reads as broken code, and the check then blamed every completion)."""
     if snap.in_string:
-        leaves = _LEAVES_STRING if snap.syntax.name in BACKTICK_STRINGS else _LEAVES_STRING - {"`"}
+        if snap.quote:  # only the string's own quote ends it: `'` in a docstring is prose
+            leaves = _LEAVES_STRING - (QUOTES - {snap.quote})
+        else:
+            leaves = _LEAVES_STRING if snap.syntax.name in BACKTICK_STRINGS else _LEAVES_STRING - {"`"}
         return not any(ch in leaves for ch in text)
     return snap.in_comment and not any(s in text for s in _LEAVES_COMMENT)
 

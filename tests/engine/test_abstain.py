@@ -73,3 +73,18 @@ def test_a_request_out_of_steps_abstains_and_one_within_them_answers(shipped):
     assert not roomy.abstained and roomy.text == full.text and roomy.stats.steps == full.stats.steps
     with pytest.raises(ValueError):
         scfg.with_(give_up_after=-1)
+
+
+def test_a_request_out_of_steps_can_answer_what_it_wrote_so_far(shipped):
+    """out_of_steps "prefix": the tokens committed before the first masked position, which the
+    uncapped run also wrote there (committed tokens never change)."""
+    scfg = shipped.sampler.with_(span=16, min_score=-50.0, block_size=2)
+    full = shipped.infill(PREFIX, SUFFIX, sampler=scfg)
+    capped = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(give_up_after=3, out_of_steps="prefix"))
+    assert not full.abstained and full.stats.steps > 3
+    assert not capped.abstained and capped.stats.steps == 3
+    assert capped.text and len(capped.text) < len(full.text) and full.text.startswith(capped.text)
+    strict = shipped.infill(PREFIX, SUFFIX, sampler=scfg.with_(give_up_after=3, out_of_steps="prefix", min_score=-0.01))
+    assert strict.abstained and strict.text == ""
+    with pytest.raises(ValueError):
+        scfg.with_(out_of_steps="guess")

@@ -96,9 +96,11 @@ def test_what_can_end_a_comment_is_checked(language, text, inert):
     assert postprocess.inert_in_prose(snap, text) is inert
 
 
-@pytest.mark.parametrize("language, inert", [("python", True), ("javascript", False), ("go", False)])
-def test_a_backtick_ends_strings_only_where_it_quotes(language, inert):
-    text = {"python": 'x = "see |"\n', "javascript": 'const x = "see |";\n', "go": 'var x = "see |"\n'}[language]
+@pytest.mark.parametrize("language, text, inert", [
+    ("python", 'x = "see |"\n', True), ("javascript", 'const x = "see |";\n', True),
+    ("javascript", "const x = `see |`;\n", False), ("go", "var x = `see |`\n", False),
+])
+def test_a_backtick_ends_only_a_string_it_opened(language, text, inert):
     snap = snapshot(text, language)
     assert snap.in_string
     assert postprocess.inert_in_prose(snap, "``code`` here") is inert
@@ -133,3 +135,21 @@ def test_between_the_parts_of_a_concatenated_string_is_code():
     assert not snap.in_string and snap.mode is Mode.LINE
     got = answer(None, snap)
     assert got.edit is not None and got.edit.text == ': "🎎",'
+
+
+@pytest.mark.parametrize("language, text, quote", [
+    ("python", 'def f():\n    """Return the |"""\n', '"'), ("python", "x = rb'see |'\n", "'"),
+    ("python", "x = f\"see {a} |\"\n", '"'), ("go", "var x = `see |`\n", "`"), ("rust", 'let x = r#"see |"#;\n', '"'),
+])
+def test_the_quote_that_ends_the_string_is_known(language, text, quote):
+    assert snapshot(text, language).quote == quote
+
+
+def test_a_different_quote_inside_a_string_is_prose():
+    """In a docstring opened with `\"\"\"`, an apostrophe cannot end it: the copy is not parse-checked."""
+    snap = snapshot('def f():\n    """Return the |"""\n', "python")
+    assert snap.in_string
+    assert postprocess.inert_in_prose(snap, "user's name.")
+    assert not postprocess.inert_in_prose(snap, 'user" name.')
+    single = snapshot("x = 'see |'\n", "python")
+    assert not postprocess.inert_in_prose(single, "user's name.")

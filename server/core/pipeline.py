@@ -232,7 +232,7 @@ def fill(engine: Engine, snap: Snapshot, ctx: Context, span: int, drafts: list[s
     sampler settings the server's config asks for. Raises Cancelled."""
     sampler = (sampler or engine.sampler).with_(span=span, lengths=())
     if snap.mode in (Mode.LINE, Mode.ARGS) and not sampler.give_up_after and math.isfinite(sampler.min_score):
-        sampler = sampler.with_(give_up_after=LINE_STEPS, out_of_steps=LINE_OUT_OF_STEPS)
+        sampler = sampler.with_(give_up_after=LINE_STEPS)
     if snap.config.threshold is not None:
         sampler = sampler.with_(threshold=snap.config.threshold)
     stream = None if on_preview is None else (lambda d: on_preview(d.text, d.step, d.masked))
@@ -250,13 +250,12 @@ def fill(engine: Engine, snap: Snapshot, ctx: Context, span: int, drafts: list[s
 # suited them.) Blocks keep every step: the model writes them at about a token a step.
 # Only for engines that abstain at all (a finite min_score, as the shipped model's): a
 # checkpoint set to always answer is not made to give up by a budget chosen for another.
+# A line out of those steps abstains. Answering what the model wrote of it so far
+# (SamplerConfig.out_of_steps "prefix") raised the model alone's correct prefix on the
+# validation packages (Python 0.207 -> 0.227) but what it added were mostly loops and guesses
+# ("gagaga...", "None and k is not None and k is not None and"): with drafts, 8 of 400 Python
+# answers changed, none right (docs/training-log.md).
 LINE_STEPS = 12
-# A line out of those steps answers what the model wrote of it so far, left to right (the
-# sampler writes blocks in order): the model alone on the validation packages, 100 Python and
-# 40 cursors in each other language, correct prefix 0.207 / 0.164 / 0.186 / 0.231 (Python,
-# TypeScript, Go, Rust) -> 0.227 / 0.192 / 0.189 / 0.249, abstaining 23% instead of 31% in
-# Python; exact matches and the answers with drafts unchanged (docs/training-log.md).
-LINE_OUT_OF_STEPS = "prefix"
 
 
 def _chars_as_tokens(text: str) -> int:

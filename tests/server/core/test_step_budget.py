@@ -1,6 +1,6 @@
 """The server's step budget for short units: a line the model is still writing after
-inference.LINE_STEPS steps stops there and answers what it wrote (or abstains where that
-scores below the bar); a block keeps every step, and so does an engine set to always answer. Counted in steps, through the shared pipeline (`inference.answer`) with a tiny
+inference.LINE_STEPS steps abstains; a block keeps every step, and so does an engine set to
+always answer. Counted in steps, through the shared pipeline (`inference.answer`) with a tiny
 random model, which is sure of no token and so commits one a step."""
 
 from __future__ import annotations
@@ -18,18 +18,14 @@ def test_a_line_gives_up_after_its_steps_and_a_block_does_not(tiny_model):
     line = "def area(width, height):\n    return width * "
     snap, _ = text_snapshot("file:///a.py", line, len(line), CONFIG, "python")
     assert snap.mode is Mode.LINE
-    any_score = engine.sampler.with_(min_score=-1e9)  # a bar no row falls below: only the budget stops it
-    got = answer(engine, snap, sampler=any_score)
-    assert got.ran_model and got.stats.steps == LINE_STEPS
+    abstains = engine.sampler.with_(min_score=-1e9)  # a bar no row falls below: only the budget stops it
+    got = answer(engine, snap, sampler=abstains)
+    assert got.ran_model and got.abstained and got.edit is None
+    assert got.stats.steps == LINE_STEPS
     always = answer(engine, snap)  # the tiny checkpoint always answers (min_score -inf)
     assert always.ran_model and not always.abstained and always.stats.steps > LINE_STEPS
-    # out of steps: the tokens written so far, one a step, which the unbounded run wrote too
-    assert not got.abstained and got.edit is not None and len(got.raw) < len(always.raw)
-    assert always.raw.startswith(got.raw) and got.raw
-    strict = answer(engine, snap, sampler=any_score.with_(min_score=got.score + 0.5))
-    assert strict.abstained and strict.edit is None
     block = "def area(width, height):\n    "
     snap, _ = text_snapshot("file:///b.py", block, len(block), CONFIG, "python")
     assert snap.mode is Mode.BLOCK
-    got = answer(engine, snap, sampler=any_score)
+    got = answer(engine, snap, sampler=abstains)
     assert got.ran_model and got.stats.steps > LINE_STEPS

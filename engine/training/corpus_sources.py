@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from .corpus_license import dep5_statements, package_json_statements, wheel_statements
 
 PARALLEL = 8
+DEB_BATCH = 50  # Debian packages per apt-get call
 JS_EXT = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".tsx", ".mts", ".cts")
 Files = list[tuple[str, str]]
 # Compiled or bundled copies an npm package ships next to its sources.
@@ -27,13 +28,14 @@ NPM_BUILT = {"dist", "build", "umd", "bundles", "bundle", "out", "cjs", "esm", "
              "fesm2022", "fesm2020", "fesm2015", "esm2022", "esm2020", "browser", "min", "coverage"}
 
 
-def _run_all(commands: list[list[str]], cwd: Path) -> None:
-    """Run download commands, PARALLEL at a time; a failure is reported, not fatal (the build lists what is missing)."""
+def _run_all(commands: list[list[str]], cwd: Path, quiet: bool = False) -> None:
+    """Run download commands, PARALLEL at a time; a failure is reported (unless quiet: the caller retries),
+    not fatal (the build lists what is missing)."""
     env = dict(os.environ, PIP_CONSTRAINT="")  # the pins are exact: an environment's constraints must not move them
 
     def one(cmd):
         r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-        if r.returncode:
+        if r.returncode and not quiet:
             print(f"fetch failed: {' '.join(cmd[-2:])}: {r.stderr.strip()[-200:]}", file=sys.stderr)
     with ThreadPoolExecutor(PARALLEL) as pool:
         list(pool.map(one, commands))
@@ -130,7 +132,12 @@ def fetch_debs(cache: Path, pins: list[tuple[str, str]]) -> None:
     debs.mkdir(parents=True, exist_ok=True)
     missing = [(n, v) for n, v in pins if deb_dir(cache, n, v) is None]
     want = [(n, v) for n, v in missing if not list(debs.glob(_deb_stem(n, v) + "*.deb"))]
-    _run_all([["apt-get", "download", "-q", f"{n}={v}"] for n, v in want], debs)
+    # apt-get spends most of a call loading its package lists: many packages a call, one call per
+    # batch that failed (a version no longer in the archive fails its whole batch) to name the culprit.
+    batches = [want[i:i + DEB_BATCH] for i in range(0, len(want), DEB_BATCH)]
+    _run_all([["apt-get", "download", "-q", *(f"{n}={v}" for n, v in b)] for b in batches], debs, quiet=True)
+    left = [(n, v) for n, v in want if not list(debs.glob(_deb_stem(n, v) + "*.deb"))]
+    _run_all([["apt-get", "download", "-q", f"{n}={v}"] for n, v in left], debs)
 
     def extract(pin):
         found = list(debs.glob(_deb_stem(*pin) + "*.deb"))

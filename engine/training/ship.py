@@ -34,6 +34,27 @@ def trained_seconds(log: list[dict]) -> float:
     return round(total, 1)
 
 
+def warm_start_history(init: Path, depth: int = 0) -> tuple[int, float] | None:
+    """(tokens, seconds) a warm start was trained for, its own warm starts included: a run's
+    checkpoint (train_state.json, whose meta names its own init) or a shipped model (card.json,
+    a run restarted from it when the run's state was lost). None where neither says."""
+    state, card = init / "train_state.json", init / "card.json"
+    if state.is_file():
+        data = json.loads(state.read_text())
+        log = data["log"]
+        tokens, seconds = (log[-1]["tokens"] if log else 0), trained_seconds(log)
+        parent = data["meta"].get("init")
+        earlier = warm_start_history(Path(parent), depth + 1) if parent and depth < 16 else None
+        if earlier:
+            tokens, seconds = tokens + earlier[0], seconds + earlier[1]
+        return tokens, round(seconds, 1)
+    if card.is_file():
+        c = json.loads(card.read_text())
+        return (c.get("total_tokens_seen", c.get("tokens_seen", 0)),
+                round(c.get("init_wall_seconds", 0.0) + c.get("wall_seconds", 0.0), 1))
+    return None
+
+
 def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path = SHIPPED_DIR) -> Path:
     dest = dest_root / name
     dest.mkdir(parents=True, exist_ok=True)
@@ -66,11 +87,9 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
         "batch": meta["batch"], "seq": meta["seq"], "lr": meta["lr"], "seed": meta["seed"],
         "shape": meta["shape"],
     }
-    init_state = Path(meta["init"]) / "train_state.json" if meta.get("init") else None
-    if init_state and init_state.is_file():  # the warm start's own training, for the whole story
-        init_log = json.loads(init_state.read_text())["log"]
-        card["init_tokens_seen"] = init_log[-1]["tokens"] if init_log else 0
-        card["init_wall_seconds"] = trained_seconds(init_log)
+    history = warm_start_history(Path(meta["init"])) if meta.get("init") else None
+    if history:  # the warm start's own training, back to the first run, for the whole story
+        card["init_tokens_seen"], card["init_wall_seconds"] = history
         card["total_tokens_seen"] = card["init_tokens_seen"] + card["tokens_seen"]
     (dest / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return dest

@@ -234,6 +234,14 @@ def test_ship_writes_a_loadable_model_whose_card_counts_the_warm_start(tiny_corp
     assert engine.model_config.languages == ("python",) and engine.sampler.block_size == 2
     out = engine.infill("def add(a, b):\n    return ", "\n", sampler=engine.config.sampler.with_(span=8))
     assert out.stats.forwards >= 1
+    # A run restarted from a shipped model (its run's state lost) counts everything that model saw.
+    train.main(base + ["--objective", "ar", "--init", str(dest), "--tokenizer", str(dest),
+                       "--out", str(tmp_path / "again"), "--steps", "2"])
+    again = json.loads((ship(tmp_path / "again" / "last", "again", dest_root=tmp_path / "models")
+                        / "card.json").read_text())
+    assert again["init_tokens_seen"] == card["total_tokens_seen"]
+    assert again["total_tokens_seen"] == card["total_tokens_seen"] + again["tokens_seen"] > card["total_tokens_seen"]
+    assert again["init_wall_seconds"] == round(card["init_wall_seconds"] + card["wall_seconds"], 1)
 
 
 def test_sigterm_stops_after_the_step_and_saves(tiny_corpus, tmp_path):

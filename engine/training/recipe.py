@@ -9,6 +9,10 @@
   AdamW for embeddings (tied with the head) and norms. Our own few lines rather than
   torch.optim.Muon: that one runs Newton–Schulz in bf16, which on CPUs without native bf16
   (AVX2) is ~70x slower than float32 (18 s a step for this model's matrices).
+- Semi-autoregressive block rows (BD3-LM, Fast-dLLM v2, SDAR): the span as the sampler sees it
+  when it decodes in blocks — a clean beginning, the current block partly masked, the rest
+  masked — instead of a uniform random mask that leaves later tokens visible more often than
+  decoding ever does.
 - Schedules: the share of copy-rich rows annealed to zero, and a sequence-length warm-up.
 Knows nothing of files or the corpus: token ids, tensors and parameters only.
 """
@@ -77,6 +81,19 @@ def certainty_penalty(logits: torch.Tensor, target: torch.Tensor) -> torch.Tenso
     logp = logits.float().log_softmax(-1)
     entropy = -(logp.exp() * logp).sum(-1)
     return entropy * (logits.argmax(-1) == target)
+
+
+def block_pattern(n: int, n_true: int, block: int, t: float, rng: random.Random) -> list[bool]:
+    """Which of a span's `n` positions are masked in a block row: a cut at a block boundary
+    within the true tokens or at the end token (index `n_true`; decoding stops there, so no
+    later cut), every position before it visible, the block after it masked at ratio `t`
+    (at least one), everything after that block masked."""
+    cut = block * rng.randrange(n_true // block + 1)
+    masked = [False] * cut
+    inside = [rng.random() < t for _ in range(min(block, n - cut))]
+    if inside and not any(inside):
+        inside[rng.randrange(len(inside))] = True
+    return masked + inside + [True] * (n - cut - len(inside))
 
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # Keller Jordan's quintic: steep at 0, lands in ~[0.7, 1.2]

@@ -43,8 +43,7 @@ def warm_start_history(init: Path, depth: int = 0) -> tuple[int, float] | None:
         data = json.loads(state.read_text())
         log = data["log"]
         tokens, seconds = (log[-1]["tokens"] if log else 0), trained_seconds(log)
-        parent = data["meta"].get("init")
-        earlier = warm_start_history(Path(parent), depth + 1) if parent and depth < 16 else None
+        earlier = init_history(data["meta"], depth + 1) if depth < 16 else None
         if earlier:
             tokens, seconds = tokens + earlier[0], seconds + earlier[1]
         return tokens, round(seconds, 1)
@@ -53,6 +52,15 @@ def warm_start_history(init: Path, depth: int = 0) -> tuple[int, float] | None:
         return (c.get("total_tokens_seen", c.get("tokens_seen", 0)),
                 round(c.get("init_wall_seconds", 0.0) + c.get("wall_seconds", 0.0), 1))
     return None
+
+
+def init_history(meta: dict, depth: int = 0) -> tuple[int, float] | None:
+    """(tokens, seconds) of a run's warm start: as recorded when the run started (the warm
+    start may have been replaced since, e.g. a shipped model by this run's own result), else
+    read from the warm start now."""
+    if meta.get("init_history"):
+        return tuple(meta["init_history"])
+    return warm_start_history(Path(meta["init"]), depth) if meta.get("init") else None
 
 
 def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path = SHIPPED_DIR) -> Path:
@@ -87,7 +95,7 @@ def ship(source: Path, name: str, sampler: dict | None = None, dest_root: Path =
         "batch": meta["batch"], "seq": meta["seq"], "lr": meta["lr"], "seed": meta["seed"],
         "shape": meta["shape"],
     }
-    history = warm_start_history(Path(meta["init"])) if meta.get("init") else None
+    history = init_history(meta)
     if history:  # the warm start's own training, back to the first run, for the whole story
         card["init_tokens_seen"], card["init_wall_seconds"] = history
         card["total_tokens_seen"] = card["init_tokens_seen"] + card["tokens_seen"]

@@ -43,7 +43,8 @@ from ..model import DiffusionLM
 from .corpus import read_split
 from .state import _tok, load_state, restore_state, save_state
 from .examples import copy_example, encode_example, sample_example
-from .recipe import build_optimizers, certainty_penalty, corrupt_span, seq_at, share_at
+from .ship import warm_start_history
+from .recipe import block_pattern, build_optimizers, certainty_penalty, corrupt_span, seq_at, share_at
 from ..prompt import END, MASK, SPECIAL_TOKENS
 
 SHAPE = dict(vocab_size=12288, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
@@ -59,13 +60,15 @@ class Rows:
     together get that share of the rows (languages it leaves out: none).
     `copy_share` of the rows (falling to 0 over `copy_anneal` steps; constant when 0) are
     copy-rich (examples.copy_example); `edit_share` of diffusion rows show a corrupted draft
-    (recipe.corrupt_span, edits at `edit_rate` of the middle); rows grow from 128 tokens to T
-    over `seq_warmup` steps.
+    (recipe.corrupt_span, edits at `edit_rate` of the middle); `block_share` of the others are
+    masked as semi-autoregressive decoding in blocks of `block_size` sees them
+    (recipe.block_pattern); rows grow from 128 tokens to T over `seq_warmup` steps.
     """
 
     def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool, context_ar: bool = False,
                  *, copy_share: float = 0.0, copy_anneal: int = 0, edit_share: float = DRAFT_SHARE,
-                 edit_rate: float = 0.3, seq_warmup: int = 0, mix: dict[str, float] | None = None):
+                 edit_rate: float = 0.3, block_share: float = 0.0, block_size: int = 2, seq_warmup: int = 0,
+                 mix: dict[str, float] | None = None):
         docs = [d for d in docs if len(d["text"]) > 200]
         self.docs = [d["text"] for d in docs]
         weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
@@ -77,6 +80,7 @@ class Rows:
         self.context_ar = context_ar
         self.copy_share, self.copy_anneal, self.seq_warmup = copy_share, copy_anneal, seq_warmup
         self.edit_share, self.edit_rate = edit_share, edit_rate
+        self.block_share, self.block_size = block_share, block_size
         self.end = tok.token_to_id(END)
         self.mask = tok.token_to_id(MASK)
         self.special = {tok.token_to_id(t) for t in SPECIAL_TOKENS}
@@ -125,9 +129,17 @@ class Rows:
             if edited[b]:  # a draft with mistakes; the loss then covers every span position
                 pool = [x for x in row[:r.span_at] if x not in self.special]
                 draft, _ = corrupt_span(row[r.span_at:], r.middle, pool, self.edit_rate, rng, self.end)
+            # No draw when the share is 0, so runs without block rows see the rows they always did.
+            blocks = None
+            if self.block_share and not edited[b] and rng.random() < self.block_share:
+                blocks = block_pattern(len(row) - r.span_at, r.middle, self.block_size, t, rng)
             for k, j in enumerate(range(r.span_at, len(row))):
                 target[b, j - 1] = r.ids[j]  # shifted: position j - 1 predicts token j
-                if rng.random() < t:
+                if blocks is not None:  # unweighted: the mask ratio of a block row is not t
+                    if blocks[k]:
+                        row[j] = self.mask
+                        weight[b, j - 1], masked[b, j - 1] = 1.0, True
+                elif rng.random() < t:
                     row[j] = self.mask
                     weight[b, j - 1], masked[b, j - 1] = 1.0 / t, True
                 elif edited[b]:
@@ -278,6 +290,13 @@ def train(args) -> Path:
     meta = {k: getattr(args, k) for k in META}
     if args.init:  # absolute: the ship card reads the warm start's log from wherever it runs
         meta["init"] = str(Path(args.init).resolve())
+        # What the warm start had seen, kept with the run from its first stretch on: a shipped
+        # model it started from may be replaced (by this run's own result) before it ships.
+        saved = out / "last" / "train_state.json"
+        history = json.loads(saved.read_text())["meta"].get("init_history") if step and saved.is_file() else None
+        history = history or warm_start_history(Path(args.init))
+        if history:
+            meta["init_history"] = list(history)
     meta["shape"] = shape
     if args.init and not log:  # where the warm start stands, on the same validation batches
         log.append(dict(step=0, tokens=0, seconds=0.0, **valid_entry(model, valid_batches, bf16)))
@@ -328,8 +347,8 @@ def start_model(args, tok, shape: dict) -> DiffusionLM:
 
 
 META = ("objective", "seq", "batch", "lr", "seed", "init", "steps", "attention", "context_ar", "optimizer",
-        "copy_share", "copy_anneal", "edit_share", "edit_rate", "certainty", "seq_warmup", "precision", "schedule",
-        "decay", "mix")
+        "copy_share", "copy_anneal", "edit_share", "edit_rate", "block_share", "block_size", "certainty", "seq_warmup",
+        "precision", "schedule", "decay", "mix")
 
 
 def valid_entry(model: DiffusionLM, batches: list[dict], bf16: bool) -> dict:
@@ -346,7 +365,8 @@ def data(args, tok) -> tuple[Rows, list[dict]]:
     if args.context_ar and (not diffusion or args.attention != "context_causal"):
         raise SystemExit("--context-ar needs --objective diffusion with --attention context_causal")
     recipe = dict(copy_share=args.copy_share, copy_anneal=int(args.copy_anneal * args.steps),
-                  edit_share=args.edit_share, edit_rate=args.edit_rate, seq_warmup=args.seq_warmup)
+                  edit_share=args.edit_share, edit_rate=args.edit_rate, block_share=args.block_share,
+                  block_size=args.block_size, seq_warmup=args.seq_warmup)
     mix = json.loads(args.mix) if args.mix else None
     rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar,
                 mix=mix, **recipe)
@@ -449,6 +469,11 @@ def parser() -> argparse.ArgumentParser:
     recipe.add_argument("--edit-share", type=float, default=0.25,
                         help="diffusion: share of rows whose visible span is a draft with edits")
     recipe.add_argument("--edit-rate", type=float, default=0.3, help="diffusion: edits per true span token")
+    recipe.add_argument("--block-share", type=float, default=0.0,
+                        help="diffusion: share of the other rows masked as decoding in blocks sees them (a clean "
+                             "beginning, one block partly masked, the rest masked)")
+    recipe.add_argument("--block-size", type=int, default=2,
+                        help="diffusion: the block of --block-share rows (the shipped sampler's block_size)")
     recipe.add_argument("--certainty", type=float, default=0.2,
                         help="diffusion: weight of the entropy penalty on masked positions already right")
     recipe.add_argument("--seq-warmup", type=int, default=0,

@@ -242,6 +242,17 @@ def test_ship_writes_a_loadable_model_whose_card_counts_the_warm_start(tiny_corp
     assert again["init_tokens_seen"] == card["total_tokens_seen"]
     assert again["total_tokens_seen"] == card["total_tokens_seen"] + again["tokens_seen"] > card["total_tokens_seen"]
     assert again["init_wall_seconds"] == round(card["init_wall_seconds"] + card["wall_seconds"], 1)
+    # The shipped model it started from replaced (as shipping this run's result under its name
+    # does): the run's history still counts what that model had seen when the run began.
+    (dest / "card.json").write_text(json.dumps(dict(card, total_tokens_seen=1, init_wall_seconds=0.0)))
+    later = json.loads((ship(tmp_path / "again" / "last", "later", dest_root=tmp_path / "models")
+                        / "card.json").read_text())
+    assert later["total_tokens_seen"] == again["total_tokens_seen"]
+    train.main(base + ["--objective", "ar", "--init", str(dest), "--tokenizer", str(dest),
+                       "--out", str(tmp_path / "again"), "--steps", "3", "--resume"])  # a later stretch
+    resumed = json.loads((ship(tmp_path / "again" / "last", "resumed", dest_root=tmp_path / "models")
+                          / "card.json").read_text())
+    assert resumed["init_tokens_seen"] == card["total_tokens_seen"] and resumed["steps"] == 3
 
 
 def test_sigterm_stops_after_the_step_and_saves(tiny_corpus, tmp_path):

@@ -111,6 +111,44 @@ def test_edit_rows_put_the_loss_on_every_span_position(synthetic):
         assert (wrong > 0) == (share == 1.0)
 
 
+def test_block_patterns_are_what_decoding_in_blocks_sees():
+    rng, cuts = random.Random(4), set()
+    for _ in range(2000):
+        n_true, pad = rng.randint(1, 30), rng.randint(0, 10)
+        n = n_true + 1 + pad  # true tokens, the end token, padding
+        t = rng.random()
+        m = recipe.block_pattern(n, n_true, 2, t, rng)
+        assert len(m) == n and any(m)
+        cut = m.index(True) // 2 * 2  # the block holding the first mask
+        assert cut <= n_true and not any(m[:cut])  # a clean beginning, never past the end token
+        assert all(m[cut + 2:])  # everything after the current block is masked
+        cuts.add((n_true, cut))
+    assert {(9, c) for c in range(0, 10, 2)} <= cuts  # every block boundary up to the end token
+
+
+def test_block_rows_mask_a_clean_beginnings_continuation(synthetic):
+    root, _ = synthetic
+    tok, docs = _tok(root), corpus.read_split(root, "train")
+    mask_id = tok.token_to_id(prompt.MASK)
+    b = train.Rows(docs, tok, 96, 16, 3, diffusion=True, edit_share=0.0, block_share=1.0).batch(0)
+    plain = train.Rows(docs, tok, 96, 16, 3, diffusion=True, edit_share=0.0).batch(0)
+    for i in range(16):
+        c, s = int(b["ctx"][i]), int(b["stop"][i])
+        m = b["masked"][i, c:s - 1].tolist()  # span token j at j, its loss (and mask flag) at j - 1
+        assert any(m)
+        first = m.index(True) // 2 * 2
+        assert not any(m[:first]) and all(m[first + 2:])
+        assert torch.equal(b["ids"][i, c + 1:s] == mask_id, b["masked"][i, c:s - 1])
+        assert torch.equal(b["weight"][i, c:s - 1], b["masked"][i, c:s - 1].float())  # unweighted, masked only
+    # Uniform masking (the rows without the share) leaves tokens visible after masked ones' blocks.
+    late = 0
+    for i in range(16):
+        m = plain["masked"][i, int(plain["ctx"][i]):int(plain["stop"][i]) - 1].tolist()
+        first = m.index(True) // 2 * 2 if any(m) else len(m)
+        late += not all(m[first + 2:])
+    assert late > 0
+
+
 def test_certainty_penalty_only_where_the_prediction_is_right():
     torch.manual_seed(0)
     logits = torch.randn(8, 50) * 2
@@ -164,7 +202,7 @@ def test_resume_with_the_whole_recipe_reproduces_the_loss(synthetic, tmp_path):
     root, _ = synthetic
     base = ["--batch", "4", "--seq", "192", "--steps", "6", "--warmup", "2", "--save-every", "3", "--context-ar",
             "--optimizer", "muon", "--copy-share", "0.5", "--copy-anneal", "0.5", "--edit-share", "0.5",
-            "--certainty", "0.3", "--seq-warmup", "4"]
+            "--block-share", "0.5", "--certainty", "0.3", "--seq-warmup", "4"]
     train.main(_args(root, tmp_path / "straight", *base))
     train.main(_args(root, tmp_path / "split", *base, "--until", "3"))
     train.main(_args(root, tmp_path / "split", *base, "--resume"))

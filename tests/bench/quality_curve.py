@@ -17,18 +17,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from redraft.engine.training.ship import init_history
+
 LANGS = {"python": ".py", "typescript": ".ts", "go": ".go", "rust": ".rs"}
 MODES = {"model alone": ["--drafts", "off", "--names", "off"], "server": []}
 
 
 def snapshots(run: Path) -> list[tuple[int, int, Path]]:
-    """(step, tokens seen, folder) of each snapshot, by step."""
+    """(step, tokens seen, folder) of each snapshot, by step; the tokens count the warm start's
+    own training too (a run resumed from a shipped model, a conversion from an AR state)."""
     out = []
     for d in sorted(run.glob("step-*")) + [run / "last"]:
         state = d / "train_state.json"
         if state.is_file():
             st = json.loads(state.read_text())
-            out.append((st["step"], st["log"][-1]["tokens"] if st["log"] else 0, d))
+            earlier = init_history(st.get("meta", {}))
+            tokens = (st["log"][-1]["tokens"] if st["log"] else 0) + (earlier[0] if earlier else 0)
+            out.append((st["step"], tokens, d))
     return sorted({s[0]: s for s in out}.values())
 
 

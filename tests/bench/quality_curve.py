@@ -76,17 +76,18 @@ def main() -> None:
     args = ap.parse_args()
     store = args.out.with_suffix(".json")
     points = json.loads(store.read_text()) if store.is_file() else []
-    done = {(p["step"], p["lang"], p["mode"]) for p in points}
+    # Keyed by tokens too: runs in one store (a restart, a conversion) reuse step numbers.
+    done = {(p["step"], p["tokens"], p["lang"], p["mode"]) for p in points}
     for step, tokens, folder in snapshots(args.run):
         for lang, ext in LANGS.items():
             for mode, flags in MODES.items():
-                if (step, lang, mode) in done or not (args.files / lang).is_dir():
+                if (step, tokens, lang, mode) in done or not (args.files / lang).is_dir():
                     continue
                 got = score(folder, args.files / lang, ext, flags, args.limit)
                 points.append(dict(step=step, tokens=tokens, lang=lang, mode=mode, **got))
                 print(json.dumps(points[-1]), flush=True)
                 store.write_text(json.dumps(points, indent=1) + "\n")
-    plot(sorted(points, key=lambda p: p["step"]), args.out)
+    plot(sorted(points, key=lambda p: p["tokens"]), args.out)
 
 
 if __name__ == "__main__":

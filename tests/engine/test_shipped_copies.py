@@ -76,8 +76,8 @@ CASES = {
 # room; below 0.15 there is nothing to hold, and the 0.5 bar is an expected failure that
 # turns red (strict) once a model reaches it, which says to update this table.
 SHIPPED_P = {
-    "redraft-diffusion": {"python": 0.73, "typescript": 0.22, "javascript": 0.48, "go": 0.53, "rust": 0.49},
-    "redraft-ar": {"python": 0.72, "typescript": 0.24, "javascript": 0.70, "go": 0.65, "rust": 0.49},
+    "redraft-diffusion": {"python": 0.71, "typescript": 0.49, "javascript": 0.70, "go": 0.72, "rust": 0.39},
+    "redraft-ar": {"python": 0.71, "typescript": 0.48, "javascript": 0.72, "go": 0.71, "rust": 0.46},
 }
 BAR, ROOM = 0.5, 0.15
 

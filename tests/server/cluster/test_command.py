@@ -34,14 +34,24 @@ def test_bad_arguments_are_refused_before_ray_starts(capsys):
     assert not ray_processes()
 
 
-def test_cluster_command_serves_until_interrupted_and_leaves_no_ray_process(tiny_model):
+# The real command's entry point, with every thread's stack dumped to stderr on SIGUSR1: if the
+# command ever hangs on Ctrl-C, the failure says where.
+CLUSTER = ("import faulthandler, signal, sys\n"
+           "faulthandler.register(signal.SIGUSR1)\n"
+           "from redraft.server.cli import main\n"
+           "sys.exit(main(sys.argv[1:]))\n")
+
+
+def test_cluster_command_serves_until_interrupted_and_leaves_no_ray_process(tiny_model, tmp_path):
     if ray_processes():
         pytest.skip("another Ray is running on this machine: leftovers could not be told apart")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.Popen([sys.executable, "-m", "redraft.server.cli", "cluster", "--replicas", "1", "--num-cpus",
-                             "0.5", "--port", str(port), "--model", str(tiny_model), "--dtype", "float32"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", CLUSTER, "cluster", "--replicas", "1", "--num-cpus",
+                                 "0.5", "--port", str(port), "--model", str(tiny_model), "--dtype", "float32"],
+                                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     try:
         line = proc.stdout.readline()  # printed once the replica is up
         assert f"http://127.0.0.1:{port}" in line, line
@@ -50,7 +60,13 @@ def test_cluster_command_serves_until_interrupted_and_leaves_no_ray_process(tiny
         r = httpx.get(f"http://127.0.0.1:{port}/v1/redraft/engine/info", timeout=30)
         assert r.status_code == 200 and r.json()["protocol"] == 1
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            pytest.fail("still running 60 s after Ctrl-C; its stderr:\n" + log.read_text()[-20000:])
+        assert code == 0, log.read_text()[-5000:]
         deadline = time.monotonic() + 15
         while daemons & ray_processes() and time.monotonic() < deadline:
             time.sleep(0.2)

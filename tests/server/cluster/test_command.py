@@ -34,9 +34,12 @@ def test_bad_arguments_are_refused_before_ray_starts(capsys):
     assert not ray_processes()
 
 
-# The real command's entry point, with every thread's stack dumped to stderr on SIGUSR1: if the
-# command ever hangs on Ctrl-C, the failure says where.
+# The real command's entry point as a user's terminal starts it: Ctrl-C (SIGINT) raises
+# KeyboardInterrupt even when the test suite itself runs as a background job, whose children
+# inherit SIGINT ignored (a shell's rule for `cmd &`). Every thread's stack goes to stderr on
+# SIGUSR1, so a hang on Ctrl-C says where.
 CLUSTER = ("import faulthandler, signal, sys\n"
+           "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
            "faulthandler.register(signal.SIGUSR1)\n"
            "from redraft.server.cli import main\n"
            "sys.exit(main(sys.argv[1:]))\n")

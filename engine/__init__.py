@@ -31,7 +31,7 @@ _HOMES = {
     "errors": ("Cancelled", "CheckpointError", "CorruptFileError", "DeviceUnavailableError", "EngineError",
                "InsufficientMemoryError",
                "InvalidConfigError", "MissingFileError", "ModelNotFoundError", "NoMaskTokenError",
-               "NonFiniteWeightError", "ShapeMismatchError", "UnknownModelTypeError"),
+               "NonFiniteWeightError", "ShapeMismatchError", "UnknownModelTypeError", "UnsafeFileError"),
     "result": ("CancelFlag", "Completion", "Preview", "Stats"),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}

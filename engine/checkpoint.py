@@ -8,12 +8,18 @@ Families (config.json `model_type`):
   redraft's own models                        "redraft" Qwen2 names + the keys in `_redraft_fields`
 
 Weights come from *.safetensors only (never pickle, never remote code). Renaming onto the
-one model happens here and nowhere else.
+one model happens in the loader only (weights.hf_name).
 
-A folder that cannot be used raises a CheckpointError naming the file and the problem:
-no config.json or weights (MissingFileError), a truncated or garbled file (CorruptFileError,
-found from the safetensors header before any tensor is read), a config.json value of the
-wrong type (InvalidConfigError), a tensor of the wrong shape (ShapeMismatchError), a NaN or
+A model folder is untrusted data: every file is read through folder.py (regular files inside
+the folder, sizes capped before reading), config.json's shapes and ids are bounded by
+ModelConfig before anything is built, and every safetensors header is checked against the
+shapes the config implies before a tensor is read (weights.py).
+
+A folder that cannot be used raises a CheckpointError naming the file and the problem, in one
+line: no config.json or weights (MissingFileError), a FIFO, device, link out of the folder or
+oversized file (UnsafeFileError), a truncated or garbled file (CorruptFileError, found from
+the safetensors header before any tensor is read), a config.json value of the wrong type or
+past a bound (InvalidConfigError), a tensor of the wrong shape (ShapeMismatchError), a NaN or
 Inf weight (NonFiniteWeightError: every tensor is checked once, as it loads).
 """
 
@@ -23,7 +29,6 @@ import json
 import math
 import os
 import re
-import struct
 from pathlib import Path
 
 import torch
@@ -34,9 +39,12 @@ from .config import NATURAL_LAYOUT, ModelConfig, SamplerConfig
 from .dtypes import check_device
 from .errors import (CheckpointError, CorruptFileError, InsufficientMemoryError, InvalidConfigError,
                      MissingFileError, ModelNotFoundError, NoMaskTokenError, NonFiniteWeightError,
-                     ShapeMismatchError, UnknownModelTypeError)
+                     UnknownModelTypeError)
+from .folder import CONFIG_BYTES, Folder, descriptor_path
 from .model import DiffusionLM, Rotary
 from .tokenizer import Tokenizer
+from .weights import (check_layout, check_sizes, check_tables, hf_name,  # noqa: F401 (hf_name: re-exported)
+                      read_table, weight_files)
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "models"
 SHIPPED = ("redraft-diffusion", "redraft-ar")
@@ -52,20 +60,23 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 def resolve(path_or_name: str | os.PathLike) -> Path:
     """A checkpoint folder from a path, a shipped model's name, or a pulled Hugging Face id."""
-    p = Path(path_or_name).expanduser()
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise MissingFileError(f"{p}: no config.json (not a checkpoint folder)")
-        return p
-    if p.is_file() and p.name == "config.json":
-        return p.parent
     name = str(path_or_name)
+    # A shipped name means the shipped model, even where the working folder (a cloned repository,
+    # say) holds a folder of that name; `./redraft-diffusion` still names the local one.
     if name in SHIPPED:
         folder = SHIPPED_DIR / name
         if (folder / "config.json").is_file():
             return folder
         raise ModelNotFoundError(f"the model {name!r} is not shipped in this build of redraft yet; "
                                  f"pass --model PATH to a checkpoint folder")
+    p = Path(path_or_name).expanduser()
+    if p.is_dir():
+        if not os.path.lexists(p / "config.json"):
+            raise MissingFileError(f"{p}: no config.json (not a checkpoint folder)")
+        Folder(p).check(p / "config.json")  # a FIFO, a device, a link out: refused here
+        return p
+    if p.is_file() and p.name == "config.json":
+        return p.parent
     if re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         try:
             from huggingface_hub import snapshot_download
@@ -82,22 +93,52 @@ def pull(repo_id: str) -> Path:
     return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
 
 
+def _config_json(folder: Path) -> dict:
+    """config.json's object, read as an untrusted file (folder.py): InvalidConfigError when it is
+    not JSON or not an object, MissingFileError / UnsafeFileError as folder.py says."""
+    place, path = Folder(folder), folder / "config.json"
+    if not os.path.lexists(path):
+        raise MissingFileError(f"{folder}: no config.json")
+    raw = place.read_json(path, CONFIG_BYTES, InvalidConfigError)
+    if not isinstance(raw, dict):
+        raise InvalidConfigError(f"{path}: must hold a JSON object, not {type(raw).__name__}")
+    return raw
+
+
+# The sampler settings a checkpoint may ship, and their bounds: a span past the server's largest
+# budget (block_tokens) would only make every request slower and larger.
+MAX_SAMPLER_TOKENS = 1024
+_SAMPLER_COUNTS = ("span", "tokens_per_step", "max_steps", "refresh_every", "block_size", "give_up_after")
+
+
 def read_sampler_defaults(folder: Path) -> dict:
     """Sampler settings a redraft checkpoint ships with (config.json `redraft_sampler`), if any;
-    InvalidConfigError for settings SamplerConfig refuses. (A config.json that is not JSON is
-    left for read_config to name.)"""
+    InvalidConfigError for settings SamplerConfig refuses or past the bounds above. (A
+    config.json that cannot be read is left for read_config to name.)"""
     try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = _config_json(folder)
+    except CheckpointError:
         return {}
-    value = (raw.get("redraft_sampler") if isinstance(raw, dict) else None) or {}
+    value = raw.get("redraft_sampler") or {}
+    path = folder / "config.json"
     if not isinstance(value, dict):
-        raise InvalidConfigError(f"{folder / 'config.json'}: redraft_sampler must be an object")
+        raise InvalidConfigError(f"{path}: redraft_sampler must be an object")
     out = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    counts = [(k, out[k]) for k in _SAMPLER_COUNTS if k in out]
+    counts += [("lengths", n) for n in out.get("lengths", ()) if isinstance(out["lengths"], tuple)]
+    for key, n in counts:
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_SAMPLER_TOKENS:
+            raise InvalidConfigError(f"{path}: redraft_sampler: {key}={n!r} must be a whole number in "
+                                     f"0..{MAX_SAMPLER_TOKENS}")
+    if len(out.get("lengths") or ()) > 16:
+        raise InvalidConfigError(f"{path}: redraft_sampler: lengths lists more than 16 span lengths")
+    nan = [k for k, v in out.items() if isinstance(v, float) and math.isnan(v)]
+    if nan:
+        raise InvalidConfigError(f"{path}: redraft_sampler: {nan[0]} is NaN")
     try:
         SamplerConfig().with_(**out)
     except (TypeError, ValueError) as e:
-        raise InvalidConfigError(f"{folder / 'config.json'}: redraft_sampler: {e}") from None
+        raise InvalidConfigError(f"{path}: redraft_sampler: {e}") from None
     return out
 
 
@@ -113,28 +154,27 @@ def _languages(value, path: Path) -> tuple[str, ...]:
 
 
 def read_config(folder: Path, tokenizer: Tokenizer | None) -> ModelConfig:
+    """The ModelConfig of config.json, checked against the bounds ModelConfig holds (config.py)
+    before anything is built from it; InvalidConfigError (one line, naming the key) otherwise."""
     path = folder / "config.json"
-    if not path.is_file():
-        raise MissingFileError(f"{folder}: no config.json")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidConfigError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise InvalidConfigError(f"{path}: must hold a JSON object, not {type(raw).__name__}")
+    raw = _config_json(folder)
     try:
         fields = _fields(raw, path, tokenizer)
         fields |= _special_ids(raw, tokenizer, fields)
         fields["languages"] = _languages(raw.get("redraft_languages"), path)
-    except (TypeError, ValueError, AttributeError, ZeroDivisionError) as e:  # a value of the wrong type
+    except (TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as e:  # wrong type
         raise InvalidConfigError(f"{path}: a value has the wrong type or range ({e})") from None
     bad = [k for k in _SIZES if fields.get(k, 1) <= 0]
     if bad:
         raise InvalidConfigError(f"{path}: {', '.join(f'{k}={fields[k]}' for k in bad)} must be positive")
     try:
-        return ModelConfig(**fields)
-    except (TypeError, ValueError) as e:
+        cfg = ModelConfig(**fields)
+    except (TypeError, ValueError, OverflowError) as e:
         raise InvalidConfigError(f"{path}: {e}") from None
+    if tokenizer is not None and tokenizer.max_id >= cfg.vocab_size:
+        raise InvalidConfigError(f"{path}: tokenizer.json has token ids up to {tokenizer.max_id} but vocab_size is "
+                                 f"{cfg.vocab_size} (the model has no embedding for the rest)")
+    return cfg
 
 
 _SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -156,7 +196,7 @@ def _fields(raw: dict, path: Path, tokenizer: Tokenizer | None) -> dict:
         fields = _qwen2_fields(raw, bias_default=False) | _redraft_fields(raw, tokenizer)
     else:
         raise UnknownModelTypeError(
-            f"{path}: unknown model_type {raw.get('model_type')!r} "
+            f"{path}: unknown model_type {str(raw.get('model_type'))[:80]!r} "
             f"(known: Dream, qwen2, llama, llada, redraft)")
     return fields
 
@@ -170,12 +210,20 @@ def _need(raw: dict, *keys: str):
 
 def _rope(raw: dict) -> tuple[float, tuple]:
     params = raw.get("rope_parameters") or {}
-    theta = float(raw.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    theta = next((v for v in (raw.get("rope_theta"), params.get("rope_theta")) if v is not None), 10000.0)
+    theta = float(theta)  # (a 0 is refused by ModelConfig, not taken for the default)
     scaling = raw.get("rope_scaling") or params
     kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
     items = () if kind == "default" else tuple(
         sorted((k, v) for k, v in scaling.items() if isinstance(v, (int, float, str))))
     return theta, items
+
+
+def _head_dim(hidden: int, heads: int) -> int:
+    """The head size a config without `head_dim` implies."""
+    if hidden % heads:
+        raise ValueError(f"hidden_size={hidden} is not a multiple of the {heads} attention heads")
+    return hidden // heads
 
 
 def _qwen2_fields(raw: dict, bias_default: bool) -> dict:
@@ -189,7 +237,7 @@ def _qwen2_fields(raw: dict, bias_default: bool) -> dict:
         num_hidden_layers=int(_need(raw, "num_hidden_layers")),
         num_attention_heads=heads,
         num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
-        head_dim=int(raw.get("head_dim") or hidden // heads),
+        head_dim=int(raw.get("head_dim") or _head_dim(hidden, heads)),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         rope_theta=theta,
         rope_scaling=scaling,
@@ -212,7 +260,7 @@ def _llada_fields(raw: dict) -> dict:
         num_hidden_layers=int(_need(raw, "n_layers")),
         num_attention_heads=heads,
         num_key_value_heads=int(raw.get("n_kv_heads") or heads),
-        head_dim=d // heads,
+        head_dim=_head_dim(d, heads),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
         rope_theta=float(raw.get("rope_theta", 10000.0)),
         max_position_embeddings=int(raw.get("max_sequence_length", 4096)),
@@ -237,6 +285,7 @@ def _redraft_fields(raw: dict, tokenizer: Tokenizer | None) -> dict:
         segment_tokens=tuple(sorted(sentinels.items())),
         # redraft's diffusion models are trained to judge visible draft tokens (training/train.py)
         draft_scoring=str(raw.get("draft_scoring", "visible")),
+        block_size=raw.get("redraft_block_size", 0),
     )
 
 
@@ -278,95 +327,6 @@ def _special_ids(raw: dict, tok: Tokenizer | None, fields: dict) -> dict:
 
 # -- weights -------------------------------------------------------------------------------
 
-_LLADA_NAMES = [
-    (r"model\.transformer\.wte\.weight", "model.embed_tokens.weight"),
-    (r"model\.transformer\.ln_f\.weight", "model.norm.weight"),
-    (r"model\.transformer\.ff_out\.weight", "lm_head.weight"),
-    (r"model\.transformer\.blocks\.(\d+)\.(q|k|v)_proj\.(weight|bias)", r"model.layers.\1.self_attn.\2_proj.\3"),
-    (r"model\.transformer\.blocks\.(\d+)\.attn_out\.weight", r"model.layers.\1.self_attn.o_proj.weight"),
-    (r"model\.transformer\.blocks\.(\d+)\.ff_proj\.weight", r"model.layers.\1.mlp.gate_proj.weight"),
-    (r"model\.transformer\.blocks\.(\d+)\.up_proj\.weight", r"model.layers.\1.mlp.up_proj.weight"),
-    (r"model\.transformer\.blocks\.(\d+)\.ff_out\.weight", r"model.layers.\1.mlp.down_proj.weight"),
-    (r"model\.transformer\.blocks\.(\d+)\.attn_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
-    (r"model\.transformer\.blocks\.(\d+)\.ff_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
-]
-_IGNORED = re.compile(r".*(rotary_emb\.inv_freq|\.rope\.|_extra_state)$")
-
-
-def hf_name(name: str, family: str) -> str:
-    """The model's parameter name for a checkpoint tensor name."""
-    if family == "llada":
-        for pattern, repl in _LLADA_NAMES:
-            new, n = re.subn(f"^{pattern}$", repl, name)
-            if n:
-                return new
-    return name
-
-
-def weight_files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            names = sorted(set(map(str, json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())))
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            raise CorruptFileError(f"{index}: not a safetensors index (needs a weight_map object; {e!r})") from None
-        files = [folder / n for n in names]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise MissingFileError(f"{folder}: weight shards listed in the index are missing: {missing}")
-        return files
-    single = folder / "model.safetensors"
-    files = [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
-    if not files:
-        pickled = [f.name for f in folder.glob("*.bin")] + [f.name for f in folder.glob("*.pt")]
-        hint = f" (found {pickled}: pickled weights are never loaded)" if pickled else ""
-        raise MissingFileError(f"{folder}: no *.safetensors weights{hint}")
-    return files
-
-
-MAX_HEADER = 100 << 20  # bytes; the safetensors format's own limit
-
-
-def read_header(f: Path) -> dict[str, dict]:
-    """The tensors a safetensors file declares (name -> dtype, shape, data_offsets), checked
-    against the file's size: CorruptFileError for a truncated or garbled file, before any
-    tensor is read."""
-    try:
-        size = f.stat().st_size
-        with open(f, "rb") as fh:
-            head = fh.read(8)
-            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-            if not 2 <= n <= min(MAX_HEADER, size - 8):
-                raise CorruptFileError(f"{f}: truncated or not a safetensors file ({size} bytes, too short "
-                                       f"for the header it declares)")
-            raw = fh.read(n)
-    except OSError as e:
-        raise CheckpointError(f"{f}: cannot be read ({e.strerror or e})") from None
-    try:
-        header = json.loads(raw)
-        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
-        ends = []
-        for name, info in tensors.items():
-            begin, end = (int(x) for x in info["data_offsets"])
-            if not (0 <= begin <= end and all(int(d) >= 0 for d in info["shape"]) and isinstance(info["dtype"], str)):
-                raise ValueError(f"bad entry for {name}")
-            ends.append(end)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise CorruptFileError(f"{f}: not a safetensors file (its header is not a table of tensors)") from None
-    have, need = size - 8 - n, max(ends, default=0)
-    if have < need:
-        raise CorruptFileError(f"{f}: truncated ({size} bytes; its header describes {8 + n + need})")
-    if have > need:
-        raise CorruptFileError(f"{f}: {have - need} bytes after its last tensor (not a file safetensors wrote)")
-    return tensors
-
-
-def checkpoint_bytes(files: list[Path], dtype: torch.dtype) -> int:
-    """Bytes the weights take in `dtype`, read from the (checked) safetensors headers alone."""
-    size = torch.empty((), dtype=dtype).element_size()
-    return sum(math.prod(info["shape"]) * size for f in files for info in read_header(f).values())
-
-
 def available_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
@@ -382,44 +342,38 @@ def available_bytes(device: torch.device) -> int | None:
 
 
 def load_model(folder: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
+    """The model of `cfg` with the folder's weights. Every file's table of tensors is checked
+    against `cfg` (weights.py) and the total against the device's free memory before the model
+    is built or a tensor is read."""
     check_device(device)
-    files = weight_files(folder)
-    need, have = checkpoint_bytes(files, dtype), available_bytes(device)
+    place = Folder(folder)
+    files = weight_files(place)
+    for f in files:
+        check_layout(place, f)
+    count = check_sizes(folder, files, cfg)
+    need, have = count * torch.empty((), dtype=dtype).element_size(), available_bytes(device)
     if have is not None and need > 0.9 * have:
         raise InsufficientMemoryError(
             f"{folder.name}: weights need {need / 2**30:.1f} GiB in {str(dtype).split('.')[-1]} "
             f"but {device} has {have / 2**30:.1f} GiB free; choose a smaller dtype or another device")
+    tables = {f: read_table(place, f) for f in files}
+    plan = check_tables(folder, tables, cfg)
     with torch.device("meta"), _Skeleton():
         model = DiffusionLM(cfg)
-    expected = {k: v.shape for k, v in model.state_dict().items()}
     state: dict[str, torch.Tensor] = {}
-    unexpected = []
-    for f in files:
-        try:
-            with safe_open(str(f), framework="pt", device="cpu") as st:
-                for name in st.keys():
-                    target = hf_name(name, cfg.family)
-                    if target not in expected:
-                        if not _IGNORED.match(name):
-                            unexpected.append(name)
-                        continue
-                    t = st.get_tensor(name)
-                    if tuple(t.shape) != tuple(expected[target]):
-                        raise ShapeMismatchError(f"{f.name}: {name} has shape {tuple(t.shape)}, "
-                                                 f"config.json implies {tuple(expected[target])}")
-                    state[target] = _finite(t.to(device=device, dtype=dtype), t, f, name)
-        except SafetensorError as e:  # what read_header could not see
-            raise CorruptFileError(f"{f}: not a readable safetensors file ({e})") from None
-    if unexpected:
-        raise ShapeMismatchError(f"{folder}: tensors the model does not have: {unexpected[:5]}"
-                                 f"{' ...' if len(unexpected) > 5 else ''}")
-    if cfg.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
-        expected.pop("lm_head.weight", None)
-    missing = sorted(set(expected) - set(state))
-    if missing:
-        raise ShapeMismatchError(f"{folder}: weights missing from the checkpoint: {missing[:5]}"
-                                 f"{' ...' if len(missing) > 5 else ''}")
+    for f, pairs in plan.items():
+        with place.open(f) as (fd, _):
+            try:
+                with safe_open(descriptor_path(fd, f), framework="pt", device="cpu") as st:
+                    for name, target in pairs:
+                        if cfg.tie_word_embeddings and target == "lm_head.weight":
+                            continue  # the embedding serves as the head
+                        t = st.get_tensor(name)
+                        if tuple(t.shape) != tables[f][name][1]:
+                            raise CorruptFileError(f"{f}: changed while it was being read")
+                        state[target] = _finite(t.to(device=device, dtype=dtype), t, f, name)
+            except SafetensorError as e:  # what the header check could not see
+                raise CorruptFileError(f"{f}: not a readable safetensors file ({e})") from None
     model.load_state_dict(state, strict=False, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight

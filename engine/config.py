@@ -6,6 +6,7 @@ EngineConfig are chosen by the caller. Nothing in the engine reads environment v
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 # How context tokens attend (the span/active block always attends to everything):
@@ -13,12 +14,56 @@ from dataclasses import dataclass, field, replace
 #   "context_causal"  context tokens attend causally among themselves, so their keys/values
 #                     never depend on the span or on later context and can be reused exactly
 #   "causal"          autoregressive; the span is decoded token by token
-ATTENTION_PATTERNS = ("full", "context_causal", "causal")
+#   "block_causal"    causal like "causal", and the span decoded in blocks of `block_size`
+#                     positions that attend to each other both ways; a finished block joins the
+#                     keys/values as causal tokens (engine/training/blockrows.py)
+ATTENTION_PATTERNS = ("full", "context_causal", "causal", "block_causal")
+MAX_BLOCK = 64  # the largest block a "block_causal" checkpoint may declare
 
 # Segments a layout may order. The span is always computed last physically (it is the
 # only part recomputed per step); its place in the list sets the position ids.
 SEGMENTS = ("extra", "prefix", "suffix", "span")
 NATURAL_LAYOUT = ("extra", "prefix", "span", "suffix")
+
+
+# The largest shapes a checkpoint may declare: generous next to the families the engine knows
+# (LLaDA 8B: 32 layers, hidden 4096, intermediate 12288, vocabulary 126464; Dream 7B: 28 layers,
+# vocabulary 152064), but small enough that a config.json cannot make the loader build millions
+# of layers or a table of 2^80 entries before a weight file is read. The files then bound the
+# rest: every tensor the config implies must be in them, of its shape (weights.py).
+LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 512,
+          "num_attention_heads": 1024, "num_key_value_heads": 1024, "head_dim": 1024,
+          "max_position_embeddings": 1 << 24}
+MAX_ROPE_THETA = 1e12  # real ones: 1e4 .. 1e7
+ROPE_TYPES = ("default", "linear", "llama3")  # what model.Rotary computes
+
+
+def _positive(name: str, value, most: float, least: float = 0.0) -> None:
+    """A finite number in (least, most] (or [least, most] when least > 0)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and (value >= least if least > 0 else value > 0) and value <= most
+    if not ok:
+        low = "(0" if least <= 0 else f"[{least:g}"
+        raise ValueError(f"{name}={value!r} must be a finite number in {low}, {most:g}]")
+
+
+def _check_rope(rope: dict) -> None:
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope_scaling type {str(kind)[:40]!r} is not supported (known: {', '.join(ROPE_TYPES)})")
+    if kind == "default":
+        return
+    _positive("rope_scaling factor", rope.get("factor"), 1e6)
+    if "attention_factor" in rope:
+        _positive("rope_scaling attention_factor", rope["attention_factor"], 1e3)
+    if kind == "llama3":
+        lo, hi = rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+        _positive("rope_scaling low_freq_factor", lo, 1e6)
+        _positive("rope_scaling high_freq_factor", hi, 1e6)
+        _positive("rope_scaling original_max_position_embeddings", rope.get("original_max_position_embeddings", 8192),
+                  LIMITS["max_position_embeddings"])
+        if hi <= lo:
+            raise ValueError("rope_scaling high_freq_factor must be larger than low_freq_factor")
 
 
 @dataclass(frozen=True)
@@ -55,16 +100,44 @@ class ModelConfig:
     # The languages the model was trained on (config.json `redraft_languages`, LSP language ids);
     # empty = not said (any language). The server lets drafts answer alone elsewhere.
     languages: tuple[str, ...] = ()
+    block_size: int = 0  # "block_causal": span positions decoded together (config.json `redraft_block_size`)
 
     def __post_init__(self) -> None:
+        self._check_bounds()
         if self.draft_scoring not in ("visible", "masked"):
             raise ValueError(f"draft_scoring must be 'visible' or 'masked', got {self.draft_scoring!r}")
         if self.attention not in ATTENTION_PATTERNS:
             raise ValueError(f"attention must be one of {ATTENTION_PATTERNS}, got {self.attention!r}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.attention == "block_causal" and (isinstance(self.block_size, bool) or not isinstance(self.block_size, int)
+                                                 or not 1 <= self.block_size <= MAX_BLOCK):
+            raise ValueError(f"block_causal attention needs a block size in 1..{MAX_BLOCK} "
+                             f"(config.json redraft_block_size), got {self.block_size!r}")
         if sorted(self.layout) != sorted(SEGMENTS):
             raise ValueError(f"layout must order exactly {SEGMENTS}, got {self.layout}")
+
+    def _check_bounds(self) -> None:
+        """Shapes within LIMITS, heads that divide, finite positive constants, special ids inside
+        the vocabulary: checked before anything is built from a config (a checkpoint's is untrusted)."""
+        for name, most in LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise ValueError(f"{name}={value!r} must be a whole number in 1..{most} "
+                                 f"(the largest this loader builds)")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate pairs)")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                             f"num_key_value_heads={self.num_key_value_heads}")
+        _positive("rms_norm_eps", self.rms_norm_eps, 1.0)
+        _positive("rope_theta", self.rope_theta, MAX_ROPE_THETA, least=1.0)
+        _check_rope(self.rope)
+        ids = [("mask_token_id", self.mask_token_id), ("pad_token_id", self.pad_token_id),
+               ("bos_token_id", self.bos_token_id)]
+        ids += [("eos_token_id", i) for i in self.end_token_ids]
+        ids += [(f"segment token for {s!r}", i) for s, i in self.segment_tokens]
+        for name, i in ids:
+            if i is not None and (isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size):
+                raise ValueError(f"{name}={i!r} is outside the vocabulary (0..{self.vocab_size - 1})")
 
     @property
     def rope(self) -> dict:
@@ -76,7 +149,12 @@ class ModelConfig:
 
     @property
     def is_causal(self) -> bool:
-        return self.attention == "causal"
+        """Decoded left to right against causal keys/values (a token at a time, or a block)."""
+        return self.attention in ("causal", "block_causal")
+
+    @property
+    def is_blockwise(self) -> bool:
+        return self.attention == "block_causal"
 
 
 @dataclass(frozen=True)
@@ -127,6 +205,18 @@ class SamplerConfig:
     # before its first masked position, as a request out of time does (a row with nothing
     # committed still abstains). Judged by min_score like any answer, over what it wrote.
     out_of_steps: str = "abstain"
+    # Causal models (the autoregressive twin), greedy only: prompt-lookup speculative decoding.
+    # Each forward verifies up to `lookup_tokens` drafted tokens (the request's drafts, else what
+    # followed the latest earlier occurrence of the last 3..1 tokens) and keeps the prefix greedy
+    # decoding agrees with: the same output in fewer forwards (speculative.py). Not with int8
+    # linears or a temperature: those decode token by token.
+    lookup: bool = True
+    lookup_tokens: int = 8
+    # The shortest match (of the last 3..1 tokens) that proposes: shorter ones are weak evidence
+    # (in float32 on the 2-core AVX2 CPU, 1-token matches proposed nothing right 71% of the time,
+    # 2-token 52%, 3-token 10%, while a 9-token block cost ~1.7-3x a one-token forward). 1 suits
+    # hardware where a block costs about one forward.
+    lookup_ngram: int = 3
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -148,10 +238,14 @@ class SamplerConfig:
             raise ValueError("draft_keep must be in [0, 1]")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top_p must be in (0, 1]")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError("temperature must be a finite number >= 0")
         if any(n < 1 for n in self.lengths):
             raise ValueError("span lengths must be >= 1")
+        if self.lookup_tokens < 1:
+            raise ValueError("lookup_tokens must be >= 1")
+        if not 1 <= self.lookup_ngram <= 3:
+            raise ValueError("lookup_ngram must be 1, 2 or 3")
 
     @property
     def candidate_lengths(self) -> tuple[int, ...]:

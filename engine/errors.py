@@ -28,8 +28,15 @@ class CorruptFileError(CheckpointError):
     garbled safetensors file, a tokenizer.json or index the libraries refuse."""
 
 
+class UnsafeFileError(CheckpointError):
+    """A checkpoint file the loader will not open: not a regular file (a FIFO, device, socket or
+    folder), a link or index entry that leads outside the model folder, or a file larger than
+    the loader reads for its kind."""
+
+
 class InvalidConfigError(CheckpointError):
-    """config.json is not valid JSON, lacks a key, or holds a value of the wrong type or range."""
+    """config.json is not valid JSON, lacks a key, or holds a value of the wrong type or range
+    (shapes past the loader's bounds, a special token id outside the vocabulary, a NaN)."""
 
 
 class UnknownModelTypeError(CheckpointError):

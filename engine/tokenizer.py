@@ -7,12 +7,16 @@ tokens start with a given string. Knows nothing of models.
 from __future__ import annotations
 
 import bisect
-import json
+import os
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from .config import LIMITS
 from .errors import CorruptFileError, MissingFileError
+from .folder import SIDE_BYTES, TOKENIZER_BYTES, Folder
+
+MAX_VOCAB = LIMITS["vocab_size"]  # token ids past it could have no embedding in any model loaded
 
 
 class Tokenizer:
@@ -23,34 +27,48 @@ class Tokenizer:
             i for i, t in tok.get_added_tokens_decoder().items() if t.special
         )
         self._strings: list[str] | None = None
+        self._max_id: int | None = None
         self._sorted: list[tuple[str, int]] | None = None
         self._by_string: dict[str, int] | None = None
 
     @classmethod
     def from_folder(cls, folder: Path) -> "Tokenizer":
+        """The folder's tokenizer.json (+ tokenizer_config.json, special_tokens_map.json), each
+        read as an untrusted file (folder.py: regular, inside the folder, size-capped) and
+        parsed from those bytes."""
+        place = Folder(folder)
         path = folder / "tokenizer.json"
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise MissingFileError(f"{folder}: no tokenizer.json (needed to encode text)")
         config: dict = {}
         for name in ("special_tokens_map.json", "tokenizer_config.json"):
             f = folder / name
-            if f.is_file():
-                try:
-                    value = json.loads(f.read_text(encoding="utf-8"))
-                except ValueError as e:  # JSON or UTF-8
-                    raise CorruptFileError(f"{f}: not valid JSON ({e})") from None
+            if os.path.lexists(f):
+                value = place.read_json(f, SIDE_BYTES)
                 if not isinstance(value, dict):
                     raise CorruptFileError(f"{f}: must hold a JSON object, not {type(value).__name__}")
                 config.update(value)
+        text = place.read_text(path, TOKENIZER_BYTES)
         try:
-            tok = HFTokenizer.from_file(str(path))
+            tok = HFTokenizer.from_str(text)
         except Exception as e:  # the tokenizers library raises plain Exception for a file it cannot read
-            raise CorruptFileError(f"{path}: not a tokenizer the tokenizers library can read ({e})") from None
-        return cls(tok, config)
+            raise CorruptFileError(f"{path}: not a tokenizer the tokenizers library can read "
+                                   f"({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})") from None
+        out = cls(tok, config)
+        if out.max_id >= MAX_VOCAB:
+            raise CorruptFileError(f"{path}: token ids up to {out.max_id}, past the {MAX_VOCAB} the loader accepts")
+        return out
 
     @property
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def max_id(self) -> int:
+        """The largest id the tokenizer can produce (an added token may sit far past the count)."""
+        if self._max_id is None:
+            self._max_id = max(self.tok.get_vocab(with_added_tokens=True).values(), default=-1)
+        return self._max_id
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids if text else []

@@ -69,9 +69,24 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --http: serve LSP on stdin/stdout too, in the same process (one model in memory)")
     sv.add_argument("--host", default=None, help="address the HTTP API binds (default 127.0.0.1; another one "
                                                  "needs --token)")
+    sv.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="with --http on loopback: answer requests naming this Host too (NAME, or NAME:PORT; "
+                         "repeatable; '*' answers any, and needs --token). Default: localhost, 127.0.0.1, [::1]")
+    sv.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                    help="with --http: answer web pages of this origin (e.g. https://app.example; repeatable). "
+                         "Default: none, every request with an Origin header is refused")
+    sv.add_argument("--engine-routes", action="store_true",
+                    help="with --http: serve the engine protocol (/v1/redraft/engine/...) without a token "
+                         "(with --token it is served to clients that send it)")
     sv.add_argument("--token", default=None, help="bearer token every HTTP request must carry "
-                                                  "(Authorization: Bearer TOKEN); with --engine-url, also the "
-                                                  "token sent to the engine")
+                                                  "(Authorization: Bearer TOKEN), and the token a --tcp client "
+                                                  "sends in initialize; with --engine-url, also the token sent to "
+                                                  "the engine. `ps` shows it: prefer --token-file or REDRAFT_TOKEN")
+    sv.add_argument("--token-file", default=None, metavar="PATH",
+                    help="read the --token from PATH (mode 0600 or 0400; one a group or others can read is refused)")
+    sv.add_argument("--engine-token-file", default=None, metavar="PATH",
+                    help="with --engine-url: read the token sent to the engine from PATH (or REDRAFT_ENGINE_TOKEN; "
+                         "default: the --token)")
     sv.add_argument("--engine-url", default=None, metavar="URL",
                     help="use the engine of another redraft server (`redraft serve --http` on a GPU box, or "
                          "the cluster) at URL instead of loading a model here")
@@ -79,6 +94,15 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --engine-url: seconds a request to the engine may take before drafts answer "
                          "instead (default 10)")
     model_args(sv)
+    sv.add_argument("--models-dir", action="append", default=[], metavar="DIR",
+                    help="a folder of model checkpoints the editor's settings may name as `model` (repeatable; "
+                         "shipped names, pulled ids and --model need none)")
+    sv.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                    help="files never read, on top of the secret files (repeatable); the editor's settings add "
+                         "to these, never remove them")
+    sv.add_argument("--exclude-secrets", choices=["on", "off"], default="on",
+                    help="never read the usual secret files: .env, keys, credentials (default on; only this "
+                         "option turns it off)")
     sv.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="log level on stderr (default WARNING)")
     sv.set_defaults(run=_serve)
@@ -179,12 +203,13 @@ def _serve(args) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="redraft %(levelname)s %(name)s: %(message)s")
     if args.tcp is not None and not 0 < args.tcp < 65536:
         raise UserError(f"--tcp needs a port in 1..65535, got {args.tcp}")
-    if args.http is None and (args.host is not None or (args.token is not None and args.engine_url is None)):
-        raise UserError("--host and --token apply to the HTTP API: add --http [PORT]")
+    _tokens(args)
     host = _http_host(args) if args.http is not None else None
+    args.access = _http_access(args)
     device = _serve_device(args.device) if args.engine_url is None else args.device
     config, problems = parse({"model": args.model, "device": device, "dtype": args.dtype,
-                              "engineUrl": args.engine_url}, ServerConfig())
+                              "engineUrl": args.engine_url, "modelsDirs": args.models_dir, "exclude": args.exclude,
+                              "excludeSecrets": args.exclude_secrets == "on"}, ServerConfig())
     if problems:
         raise UserError("; ".join(problems))
     inference = _inference(args)
@@ -192,7 +217,7 @@ def _serve(args) -> int:
         from .lsp.server import build_server
         server = build_server(config, inference=inference)
         if args.tcp is not None:
-            server.start_tcp("127.0.0.1", args.tcp)
+            _serve_tcp(server, args)
         else:
             if sys.stdin.isatty():  # a person at a terminal, not an editor: say what it waits for
                 print("redraft: waiting for an LSP client on stdin/stdout (editors start this command; "
@@ -226,7 +251,39 @@ def _inference(args):
     timeout = TIMEOUT_S if args.engine_timeout is None else args.engine_timeout
     if not 0 < timeout <= 600:
         raise UserError(f"--engine-timeout needs seconds in (0, 600], got {timeout:g}")
-    return Inference(engine_token=args.token if args.engine_url else None, engine_timeout_s=timeout)
+    return Inference(engine_token=args.engine_token, engine_timeout_s=timeout)
+
+
+def _tokens(args) -> None:
+    """args.token (the clients', from --token, --token-file or REDRAFT_TOKEN) and
+    args.engine_token (the remote engine's), after checking where they may apply."""
+    from .cli_tokens import client_token, engine_token
+    token, chosen = client_token(args.token, args.token_file)
+    if args.http is None and args.host is not None:
+        raise UserError("--host applies to the HTTP API: add --http [PORT]")
+    if chosen and args.http is None and args.tcp is None and args.engine_url is None:
+        raise UserError("--token and --token-file apply to the HTTP API (--http) and LSP over TCP (--tcp)")
+    if args.engine_token_file is not None and args.engine_url is None:
+        raise UserError("--engine-token-file applies to a remote engine: add --engine-url URL")
+    args.token = token
+    args.engine_token = engine_token(args.engine_token_file, token) if args.engine_url else None
+
+
+def _serve_tcp(server, args) -> None:
+    """LSP on 127.0.0.1:PORT for one client at a time, which must send the token in
+    `initialize` (a new random one, printed once, unless the user chose one)."""
+    from .cli_tokens import generate
+    token, generated = (args.token, False) if args.token else (generate(), True)
+
+    def started(listener) -> None:
+        where = f"127.0.0.1:{args.tcp}"
+        said = (f"token for initializationOptions.token (new each start; --token-file or REDRAFT_TOKEN "
+                f"chooses one): {token}" if generated else "clients send the token in initializationOptions.token")
+        print(f"redraft: LSP on {where}, one client at a time; {said}", file=sys.stderr, flush=True)
+    try:
+        server.start_tcp("127.0.0.1", args.tcp, token=token, started=started)
+    except OSError as e:
+        raise UserError(f"cannot listen on 127.0.0.1:{args.tcp}: {e.strerror or e}") from None
 
 
 def _http_host(args) -> str:
@@ -243,9 +300,25 @@ def _http_host(args) -> str:
         local = False
     if not local and not args.token:
         raise UserError(f"refusing to serve HTTP on {host} without --token: anyone who reaches it could run "
-                        f"the model; pass --token TOKEN (clients send 'Authorization: Bearer TOKEN') or "
+                        f"the model; pass --token-file FILE or set REDRAFT_TOKEN (clients send 'Authorization: Bearer TOKEN') or "
                         f"bind 127.0.0.1")
     return host
+
+
+def _http_access(args):
+    """The HTTP API's Access (http/access.py) from --allow-host, --allow-origin, --engine-routes."""
+    if args.http is None:
+        if args.allow_host or args.allow_origin or args.engine_routes:
+            raise UserError("--allow-host, --allow-origin and --engine-routes apply to the HTTP API: add --http [PORT]")
+        return None
+    if "*" in (h.strip() for h in args.allow_host) and not args.token:
+        raise UserError("--allow-host '*' answers any Host name, so any web page could reach the API through DNS "
+                        "rebinding: it needs --token (or name the hosts)")
+    for origin in args.allow_origin:
+        if origin.strip() == "*" or not origin.strip():
+            raise UserError(f"--allow-origin needs an origin such as https://app.example, got {origin!r}")
+    from .http.access import Access
+    return Access(tuple(args.allow_host), tuple(args.allow_origin), args.engine_routes)
 
 
 def _serve_http(args, config, host: str, inference) -> int:
@@ -259,7 +332,7 @@ def _serve_http(args, config, host: str, inference) -> int:
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{args.http}: {e.strerror or e}") from None
     loading = inference.load(config.model, config.device, config.dtype, url=config.engine_url)
-    server = make_server(build_app(inference, config, token=args.token), args.log_level)
+    server = make_server(build_app(inference, config, token=args.token, access=args.access), args.log_level)
     try:
         if not args.stdio:
             error = loading.result()  # a model that cannot load ends the command before it serves
@@ -299,6 +372,8 @@ def _complete(args) -> int:
     from .core.settings import ServerConfig
     if ServerConfig().excludes(str(path.resolve())):  # as the server: a secret file is never read
         raise UserError(f"{path}: a secret file (.env, keys, credentials): redraft never reads it")
+    if path.exists() and not path.is_file():  # a FIFO would block the read forever
+        raise UserError(f"{path}: not a regular file")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

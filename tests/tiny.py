@@ -12,6 +12,10 @@ from pathlib import Path
 
 import torch
 
+# The model shape of the training tests' tiny runs (engine/training/train.py --shape).
+TRAIN_SHAPE = json.dumps(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=16))
+
 SPECIALS = ["<|endoftext|>", "<|mask|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]
 
 CORPUS = '''

@@ -4,8 +4,14 @@
                   [--token T] [--num-cpus C] [--num-gpus G] [--threads T]
 
 Without RAY_ADDRESS it starts a local Ray (`ray.init`) just for this command and stops every
-Ray process it started on the way out; with RAY_ADDRESS it joins that cluster and on the way out
-deletes only its own application, leaving the cluster and any other Serve application running.
+Ray process it started on the way out. That Ray is this machine's alone: its node address is
+loopback, so the ports Ray opens (GCS, raylet, object manager, workers, the dashboard agent,
+the runtime-env agent) listen on 127.0.0.1; the dashboard is off, so is the metrics exporter,
+and Ray's token authentication is on (`local_ray`). Serve's HTTP proxy binds --host (127.0.0.1
+by default). One port Ray gives no option for: each Serve replica's inter-deployment gRPC
+server listens on all interfaces, behind Ray's token (docs/remote-and-cluster.md). With
+RAY_ADDRESS it joins that cluster (its ports as it was started) and on the way out deletes only
+its own application, leaving the cluster and any other Serve application running.
 The URL is printed once every replica has loaded the model. Ctrl-C (or SIGTERM) tears down.
 
 Ray is imported only when the command runs: `redraft --help` and every other command work
@@ -48,8 +54,19 @@ def arguments(p: argparse.ArgumentParser) -> None:
                         "(default 16)")
 
 
+# Ray takes the node's address from the network unless the first is off (read when ray is
+# imported): then the node address, and with it the servers Ray starts, is 127.0.0.1. The second
+# is Ray's token authentication (Ray's own default for a new local Ray since 2.5x; said here).
+LOCAL_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
+LOCAL_SYSTEM_CONFIG = {"enable_metrics_collection": False}  # no Prometheus exporter on any port
+
+
 def run(args) -> int:
     """The command; returns the exit status."""
+    address = os.environ.get("RAY_ADDRESS") or None
+    if address is None:  # (set before ray is imported; the user's own setting wins)
+        for key, value in LOCAL_ENV.items():
+            os.environ.setdefault(key, value)
     try:
         import ray
         from ray import serve  # noqa: F401 (the extra's other half)
@@ -64,8 +81,7 @@ def run(args) -> int:
         print(f"redraft cluster: {e}", file=sys.stderr)
         return EXIT_USAGE
 
-    address = os.environ.get("RAY_ADDRESS") or None
-    ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    ray.init(**local_ray(address))
     previous = signal.signal(signal.SIGTERM, _interrupt)
     code = 0
     try:
@@ -91,6 +107,15 @@ def run(args) -> int:
             ray.shutdown()
         print("redraft cluster: stopped", file=sys.stderr, flush=True)
     return code
+
+
+def local_ray(address: str | None) -> dict:
+    """ray.init's arguments: joining a cluster takes its settings; a Ray of our own has no
+    dashboard, no metrics exporter, and (LOCAL_ENV) listens on loopback, behind Ray's token."""
+    common = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
+    if address is not None:
+        return {"address": address, **common}
+    return {**common, "dashboard_host": "127.0.0.1", "_system_config": dict(LOCAL_SYSTEM_CONFIG)}
 
 
 def cluster_config(args):

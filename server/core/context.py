@@ -36,11 +36,13 @@ from typing import Callable, NamedTuple
 
 from . import draftsearch as draft_search
 from .drafts import DraftIndex
-from .linecopy import plain_copy
+from .linecopy import plain_copy_at
 from .copying import CopyLookup
 from .document import Document, body, utf8_len
 from .languages import (ARGUMENT_TYPES, CLOSERS, COMMENT_TYPES, FIELD_TYPES, QUOTES, STRING_TYPES, Syntax,
                         children_in_rows, syntax_for)
+from .review import Review, prose_in_tree
+from .scope import Scope, scope_at
 from .settings import ServerConfig
 
 _INDENT = re.compile(r"[ \t]*")
@@ -82,6 +84,7 @@ class Snapshot:
     in_string: bool = False  # the cursor is in the text of a string or docstring, not in an f-string field (drafts answer there: inference.py)
     in_comment: bool = False  # the cursor is in a comment (drafts answer there too)
     quote: str = ""  # the quote that ends the string the cursor is in, where the grammar shows it
+    scope: Scope | None = None  # the names in scope at the cursor, in code (scope.py)
 
     @property
     def in_prose(self) -> bool:
@@ -120,6 +123,8 @@ class Draft:
 
     text: str
     source: str  # buffer | open | recent
+    foreign: tuple[str, ...] = ()  # names it uses that are not in scope at the cursor (review.py)
+    guesses: tuple[str, ...] = ()  # for each foreign name, the one likely meant instead ("": none known)
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,10 @@ def detect(doc: Document, row: int, col: int, config: ServerConfig) -> Detected:
         if only_closers or rest == "*/":  # (a block comment's end: the completion goes before it)
             return Detected(Mode.LINE, "rest of a comment line", indent, in_comment=True)
         return Detected(Mode.NONE, "text right of the cursor", "", in_comment=True)
+    if in_string:  # prose too: a docstring's `Args:` or `:param config:` opens no block
+        if only_closers:
+            return Detected(Mode.LINE, "rest of a string line", indent, True, quote=quote)
+        return Detected(Mode.NONE, "text right of the cursor", "", True, quote=quote)
     openers = doc.syntax.block_openers
     if left.strip() == "" and not rest:
         prev = _previous_nonblank(doc, row)
@@ -267,9 +276,10 @@ def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra
     first, end = max(0, row - reach), min(len(doc.lines), row + reach + 1)
     if first > 0 or end < len(doc.lines):
         doc.note_limit("snapshot", f"over {reach} lines each side of the cursor: snapshots keep a window")
+    scope = None if mode is Mode.NONE or in_string or in_comment else scope_at(doc, row, col)
     return Snapshot(doc.uri, doc.version, doc.syntax, tuple(doc.lines[first:end]), row, col, mode, reason, indent,
                     config, extra, drafts, statement_rows(doc, row, first=first, last=end), first, len(doc.lines),
-                    in_string=in_string, in_comment=in_comment, quote=quote)
+                    in_string=in_string, in_comment=in_comment, quote=quote, scope=scope)
 
 
 def snapshot_lines(config: ServerConfig) -> int:
@@ -296,16 +306,37 @@ class Copies:
     kind: str | None  # the cursor's syntactic kind (drafts of the same kind rank higher)
     lines: int  # lines of each continuation
     around: tuple[str, str] = ("", "")  # bounded text before and after the cursor, for the plain copy
+    review: Review | None = None  # what may be offered at the cursor (review.py)
 
     def drafts(self, limit: int) -> tuple[Draft, ...]:
-        found = tuple(Draft(c.text, c.source) for c in draft_search.lookup(self.before, self.sources, lines=self.lines,
-                                                                           kind=self.kind, limit=limit))
-        if self.lines > 1 or len(found) >= limit:
-            return found
+        # Twice as many looked up: the review may turn some down (code copied into a comment).
+        wanted = limit if self.review is None else 2 * limit
+        found: list[Draft] = []
+        for c in draft_search.lookup(self.before, self.sources, lines=self.lines, kind=self.kind, limit=wanted):
+            draft = self._reviewed(c.text, c.source, (c.uri, c.row, c.col))
+            if draft is not None and all(d.text != draft.text for d in found):  # (renamed ones may meet)
+                found.append(draft)
+            if len(found) == limit:
+                return tuple(found)
+        if self.lines > 1:
+            return tuple(found)
         # Last on a line: the plain copy (linecopy.py), whose short keys and matches below the
         # cursor answer where the index finds nothing.
-        line = plain_copy(*self.around)
-        return found if not line or any(d.text == line for d in found) else found + (Draft(line, "buffer"),)
+        copied = plain_copy_at(*self.around)
+        if copied is None or any(d.text == copied[0] for d in found):
+            return tuple(found)
+        draft = self._reviewed(copied[0], "buffer", self._place(copied[1]))
+        return tuple(found) if draft is None or any(d.text == draft.text for d in found) else (*found, draft)
+
+    def _reviewed(self, text: str, source: str, origin: tuple[str, int, int] | None) -> Draft | None:
+        if self.review is None:
+            return Draft(text, source)
+        at = self.review.index_of(self.sources, source, origin)
+        got = None if at is None else self.review.draft(text, origin, *at)
+        return None if got is None else Draft(got[0], source, got[1], got[2])
+
+    def _place(self, at: int) -> tuple[str, int, int] | None:
+        return None if self.review is None else self.review.place(self.around, at)
 
     def lookup(self) -> CopyLookup:
         """The cache model's lookup; one line more than drafts, so that it knows how lines end."""
@@ -345,7 +376,10 @@ def copies(doc: Document, index: DraftIndex | None, row: int, col: int, mode: Mo
     sources += [draft_search.recent_source(text, doc.uri, first) for text, first in recent]
     sources += [draft_search.DraftSource(ix, "workspace", uri) for uri, ix in workspace]
     around = _around(doc, row, col) if mode is not Mode.BLOCK else ("", "")
-    return Copies(before, tuple(sources), kind, max_lines if mode is Mode.BLOCK else 1, around)
+    review = None
+    if tree is not None:
+        review = Review(doc, row, col, prose_in_tree(tree, row, utf8_len(line[:col])))
+    return Copies(before, tuple(sources), kind, max_lines if mode is Mode.BLOCK else 1, around, review)
 
 
 def _around(doc: Document, row: int, col: int) -> tuple[str, str]:

@@ -13,7 +13,9 @@ extra.MAX_DOC_BYTES, nextedit's windows, context.SNAPSHOT_LINES), crossing it is
 once per document (`Document.note_limit`).
 
 Lines are split on "\\n" only and keep their terminator; a line's *body* drops "\\n" and a
-trailing "\\r". Out-of-range edit positions are clamped to the document, as editors do.
+trailing "\\r". Out-of-range edit positions are clamped to the document, as editors do. Lone
+UTF-16 surrogates (which JSON can carry but UTF-8 cannot) become U+FFFD as text arrives, so
+that encoding a line for the parser or the tokenizer never fails.
 
 It knows nothing of models, requests or the LSP transport.
 """
@@ -39,6 +41,13 @@ _SURROGATE = re.compile("[\ud800-\udfff]")  # lone surrogates, which only a host
 # the rest of the file parses (an unclosed bracket). Both are C work, bounded by this size.
 MAX_PARSE_BYTES = 1 << 20
 READ_CHUNK = 1 << 10  # bytes handed to the parser per read, about: a keystroke's re-parse reads ~100 times
+
+
+def without_surrogates(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (the text itself when it has none)."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def split_lines(text: str) -> list[str]:
@@ -101,7 +110,7 @@ class Document:
         self.version = version
         self.language_id = language_id
         self.syntax = syntax
-        self.lines = split_lines(text)
+        self.lines = split_lines(without_surrogates(text))
         self._blen = [utf8_len(s) for s in self.lines]  # UTF-8 bytes per line, kept per edit
         self._size = sum(self._blen)  # their sum, kept per edit
         self._noted: set[str] = set()  # size limits already logged for this document
@@ -156,6 +165,7 @@ class Document:
         applied: list[Change] = []
         full = False
         for rng, text in changes:
+            text = without_surrogates(text)
             if rng is None:
                 old = self.text
                 self.lines = split_lines(text)

@@ -19,15 +19,32 @@ import re
 from functools import lru_cache
 from urllib.parse import unquote, urlparse
 
-# The usual secret files: environment files, private keys and certificates' keys, key stores,
-# and the credentials files of common tools. `.env.example` is one too: it is often a copy.
+# The usual secret files, after the file lists of secret scanners (shhgit, gitleaks) and common
+# content-exclusion lists: names that hold credentials whatever their folder, and the folders
+# of tools' credentials in a home folder (a workspace may be one). A source file's extension
+# only in a whole name (`credentials.py`, `wp-config.php`), so ordinary code stays in
+# (`kubeconfig.go` is code; `kubeconfig` is not). `.env.example` is one too: it is often a copy.
 SECRETS = (
-    ".env", ".env.*", "*.env", ".envrc",
-    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx", "*.gpg", "*.asc",
-    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
-    ".netrc", "_netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials", ".htpasswd",
-    "credentials", "credentials.*", "*.credentials", "secrets.json", "secrets.yaml", "secrets.yml",
-    "*.tfvars", "service-account*.json",
+    # environment files
+    ".env*", "*.env",
+    # private keys, key stores and password stores
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.pkcs12", "*.p8", "*.ppk", "*.jks", "*.keystore", "*.kdbx",
+    "*.keychain", "*.keychain-db", "*.psafe3", "*.gpg", "*.asc", "*.ovpn",
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "*_rsa", "*_dsa", "*_ecdsa", "*_ed25519",
+    # credentials files of common tools
+    ".netrc", "_netrc", ".pgpass", ".my.cnf", ".mylogin.cnf", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc",
+    ".git-credentials", ".htpasswd", ".dockercfg", ".vault-token", ".s3cfg", ".boto", ".databrickscfg",
+    ".terraformrc", "terraform.rc", ".secrets", "sftp-config.json", ".ftpconfig", ".*_history",
+    "credentials", "credentials.*", "*.credentials", "application_default_credentials.json",
+    "client_secret*.json", "service-account*.json", "secrets.json", "secrets.yaml", "secrets.yml",
+    "secrets.toml", "settings-security.xml", "kubeconfig", "*.kubeconfig", "wp-config.php",
+    # Terraform's variables and state (state holds every resource's secrets in clear)
+    "*.tfvars", "*.tfvars.json", "*.tfstate", "*.tfstate.*", "terraform.tfstate.d/",
+    # tools' folders and files in a home folder, and a repository's own config (remote URLs
+    # may carry a token)
+    ".ssh/", ".gnupg/", ".aws/", ".azure/", ".kube/", ".config/gcloud/", ".config/gh/hosts.yml",
+    ".config/hub", ".docker/config.json", ".m2/settings.xml", ".gradle/gradle.properties",
+    ".composer/auth.json", ".secrets/", ".git/config",
 )
 
 

@@ -20,18 +20,25 @@ def plain_copy(before: str, after: str) -> str | None:
     """The rest of the line after the longest suffix of the cursor line's text in `before` that
     occurs elsewhere in `before + after` (nearest above the cursor, else first below); None
     when none occurs or that occurrence's line ends right after it."""
+    found = plain_copy_at(before, after)
+    return None if found is None else found[0]
+
+
+def plain_copy_at(before: str, after: str) -> tuple[str, int] | None:
+    """`plain_copy`, and where the copied text starts in `before + after` (whether it was copied
+    from code or from a comment is told by its place)."""
     left = before[before.rfind("\n") + 1:]
     for n in range(min(LONGEST, len(left)), SHORTEST - 1, -1):
         key = left[-n:]
         at = before.rfind(key, 0, len(before) - 1)  # not the occurrence that ends at the cursor
         if at >= 0:
-            start, text = at + n, before + after
+            start, text, shift = at + n, before + after, 0
         else:
             below = after.find(key)
             if below < 0:
                 continue
-            start, text = below + n, after
+            start, text, shift = below + n, after, len(before)
         end = text.find("\n", start)
         rest = text[start:end if end >= 0 else len(text)]
-        return rest or None
+        return (rest, start + shift) if rest else None
     return None

@@ -6,6 +6,12 @@ answers alone; so does a remote engine that does not answer (RemoteUnavailable: 
 marked `fallback`), or nothing when drafts are off. `fill` is its engine call, which the HTTP
 rewrite route shares.
 
+A draft copied from elsewhere may name what does not exist at the cursor (review.py marks those
+names `foreign`). The model revises it: the name most likely meant (the cursor function's
+parameter in the same place) is seeded in its stead, or a mask token the model fills; its
+answer is then held to the names in scope (`in_scope`). Without a model (or with one that cannot
+take a mask: a remote engine) such a draft is shown only up to its first foreign name.
+
 A request's time budget rides on its CancelFlag (`deadline`): a job whose budget ran out
 before it began answers nothing without touching the engine (`expired`); one that runs out
 mid-way stops at the next denoising step with the text committed so far, which is shown only
@@ -18,12 +24,13 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from redraft.engine import CancelFlag, Cancelled, SamplerConfig, Stats
 
-from . import context, names, postprocess
+from . import context, names, postprocess, review, scope
 from .context import Context, Draft, Mode, Snapshot
 from .postprocess import Edit
 from .remote import RemoteUnavailable
@@ -119,6 +126,9 @@ def answer_from_drafts(snap: Snapshot) -> Answer:
     found = Answer(None, False)
     for d in snap.drafts:
         edit = postprocess.finish(snap, ctx, d.text)
+        if edit is not None and d.foreign and review.mentions(edit.text, d.foreign):
+            # names that do not exist here, and no model to write others: what comes before them
+            edit = postprocess.finish(snap, ctx, review.before_foreign(edit.text, d.foreign))
         if edit is not None:
             found = Answer(edit, False, raw=d.text, source=d.source)
             break
@@ -130,18 +140,27 @@ def answer_from_drafts(snap: Snapshot) -> Answer:
     return found
 
 
-def usable_drafts(snap: Snapshot, ctx: context.Context) -> tuple[Draft, ...]:
+def usable_drafts(snap: Snapshot, ctx: context.Context, mask: str | None = None) -> tuple[Draft, ...]:
     """The drafts as they would be shown (post-processed), those that would not be dropped: a
     draft that repeats the suffix or breaks the parse is no candidate worth a batch row. Where
     the suffix holds the characters a draft replaces (text other than closers follows the
     cursor), the draft would write them twice: it seeds the span only without them, when they
-    end it."""
+    end it. A draft's foreign names (review.py) become the names likely meant instead, where
+    one is known, or a `mask` token each for the model to fill; without a mask (no model, or
+    one that cannot take it) such a draft is left out."""
     out = []
     for d in snap.drafts:
         edit = postprocess.finish(snap, ctx, d.text)
         if edit is None:
             continue
         text = edit.text
+        if d.foreign and review.mentions(text, d.foreign):
+            if mask is None:
+                continue
+            # The name likely meant (a parameter in the same place) is seeded for the model to
+            # judge; where none is known, a mask for the model to fill.
+            guesses = {name: guess for name, guess in zip(d.foreign, d.guesses) if guess}
+            text = review.masked(review.renamed(text, guesses), tuple(n for n in d.foreign if n not in guesses), mask)
         if edit.replace and not snap.closers_only:  # then the model does not see those closers
             closed = snap.right[:edit.replace]
             if not text.endswith(closed) or not text[:-len(closed)].strip():
@@ -159,7 +178,8 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
     span_max = max(snap.config.line_tokens, snap.config.block_tokens)
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
     check = document_windows(snap)
-    drafts = usable_drafts(snap, check) if snap.config.drafts == "seeded" else ()
+    mask = mask_text(engine)
+    drafts = usable_drafts(snap, check, mask) if snap.config.drafts == "seeded" else ()
     try:
         result = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], flag, on_preview,
                       sampler, stop=postprocess.Unit.of(snap))
@@ -167,7 +187,7 @@ def run_engine(engine: Engine, snap: Snapshot, flag: CancelFlag | None = None,
         return Answer(None, False)
     st = result.stats
     source = drafts[st.draft].source if 0 <= st.draft < len(drafts) else "model"
-    edit = None if result.abstained else postprocess.finish(snap, check, result.text)
+    edit = None if result.abstained else in_scope(snap, drafts, mask, postprocess.finish(snap, check, result.text))
     if snap.config.names:
         rest = names.forced_name(snap, "" if edit is None else edit.text)
         if rest:
@@ -199,12 +219,48 @@ def after_name(engine: Engine, snap: Snapshot, ctx: Context, check: Context, res
     st = result.stats
     texts = ([] if result.abstained else [rest + result.text]) + [rest]
     edit, raw = None, rest
+    mask = mask_text(engine)
     for text in texts:
-        edit = postprocess.finish(snap, check, text)
+        edit = in_scope(snap, drafts, mask, postprocess.finish(snap, check, text))
         if edit is not None:
             raw = text
             break
     return Answer(edit, True, spent_ms + st.total_ms, raw, "name", st.draft_kept, stats=st, score=result.score)
+
+
+def mask_text(engine: Engine | None) -> str | None:
+    """The text of a local engine's mask token: a draft's foreign names are replaced by it, and
+    the model fills them (a seeded row's masked positions are denoised like any other). None for
+    an engine that cannot take one there (a remote engine, a model without a mask token): such
+    drafts are then not offered."""
+    tokenizer, cfg = getattr(engine, "tokenizer", None), getattr(engine, "model_config", None)
+    mask_id = getattr(cfg, "mask_token_id", None)
+    if tokenizer is None or mask_id is None or getattr(cfg, "is_causal", True):
+        return None
+    text = tokenizer.decode([mask_id])
+    return text if text and tokenizer.encode(text) == [mask_id] else None
+
+
+def in_scope(snap: Snapshot, drafts: tuple[Draft, ...], mask: str | None, edit: Edit | None) -> Edit | None:
+    """`edit`, where a masked draft was seeded, as far as its names exist: the model may have
+    filled a masked name with one that does not exist at the cursor either, or kept a foreign
+    one. Its names must be in scope, bound by itself, or named by the drafts as they were
+    offered; the answer stops short of the first that is not (review.before_foreign), or is not
+    shown."""
+    if edit is None or snap.scope is None or mask is None or not any(mask in d.text for d in drafts):
+        return edit
+    text = edit.text.split(mask, 1)[0]  # (a mask left unfilled: never shown)
+    head = scope.head_text(snap.lines, snap.first, snap.scope, snap.row, snap.col)
+    offered = frozenset(w for d in drafts for w in _WORD.findall(d.text.replace(mask, " ")))
+    foreign = {name for d in drafts for name in d.foreign}
+    unknown = scope.unknown(snap.scope, snap.syntax, head, text, offered - foreign)
+    if not unknown and text == edit.text:
+        return edit
+    cut = review.before_foreign(text, unknown) if unknown else review.long_enough(text)
+    return postprocess.finish(snap, document_windows(snap), cut) if cut.strip() else None
+
+
+_WORD = re.compile(r"[A-Za-z_$][\w$]*")
 
 
 def document_windows(snap: Snapshot) -> Context:

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import tree_sitter
 
 from .context import Context, Mode, Snapshot
-from .languages import BACKTICK_STRINGS, CLOSERS, OPEN_CLOSE, QUOTES, count_errors, new_parser
+from .languages import (BACKTICK_STRINGS, CLOSERS, OPEN_CLOSE, QUOTES, count_errors, enclosing_blocks,
+                        new_parser)
 from .repetition import cut_loop
 
 
@@ -253,22 +254,6 @@ def inert_in_prose(snap: Snapshot, text: str) -> bool:
             leaves = _LEAVES_STRING if snap.syntax.name in BACKTICK_STRINGS else _LEAVES_STRING - {"`"}
         return not any(ch in leaves for ch in text)
     return snap.in_comment and not any(s in text for s in _LEAVES_COMMENT)
-
-
-def enclosing_blocks(window: str) -> str:
-    """Python: `if 1:` lines, one per indentation width below the window's first line's, that
-    make a window cut at an indented statement parse as it does in its file. Without them
-    tree-sitter reads the indented first line as an error and much of what follows with it, so
-    whether a completion added errors was noise (a right `-> None:` rejected, 10 errors before,
-    11 after). Windows indented with tabs are left as they are."""
-    lines = [ln for ln in window.split("\n") if ln.strip()]
-    if not lines or "\t" in lines[0][:len(lines[0]) - len(lines[0].lstrip())]:
-        return ""
-    width = len(lines[0]) - len(lines[0].lstrip(" "))
-    if width == 0:
-        return ""
-    widths = {len(ln) - len(ln.lstrip(" ")) for ln in lines} | {0}
-    return "".join(" " * w + "if 1:\n" for w in sorted(widths) if w < width)
 
 
 # Parse only (no bytecode, so no constant folding); unfinished input raises "incomplete input".

@@ -20,8 +20,13 @@ executor thread like every engine call, never on the event loop.
 
 Every request names its document by `x-session-id`: a salted sha256 of the cache key (the
 URI; the salt is random per process), never the path itself. A newer request for the same
-cache key closes the older one's stream. Failures (refused, timed out, 5xx, a protocol error, a
-stream cut before its result) raise RemoteUnavailable within `timeout_s`; after a few in a row
+cache key closes the older one's stream. The engine is not trusted: what it sends is read in
+bounded pieces (wire.lines / wire.body: a line, an event, a stream, an answer each have a cap;
+no compressed bodies), and a stream is cut at the request's own deadline (its CancelFlag's) as
+well as at `timeout_s`, so a hostile or broken engine costs the editor neither memory nor its
+time budget; `cut_off` counts the streams cut so. Failures (refused, timed out, 5xx, a protocol
+error, an answer over a cap, a stream cut before its result) raise RemoteUnavailable within
+`timeout_s` (the budget's cut, within the budget); after a few in a row
 the circuit breaker (breaker.py) fails requests at once until a probe gets through. A 401 is
 no outage: TokenRejected says the token was refused. `on_health(up, why)` hears when an outage
 begins and when it ends (once each). httpx is imported when the first RemoteEngine is made.
@@ -35,6 +40,7 @@ import secrets
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -53,7 +59,9 @@ CONNECT_TIMEOUT_S = 2.0
 # Characters beyond ASCII count as half a token per extra UTF-8 byte as well.
 CHARS_PER_TOKEN = 2.75
 _WATCH_S = 0.005  # how often open streams are checked for cancellation and their deadline
+_DRAIN_S = 0.05  # after its result, how long the end of a stream's body is waited for (then it is cut)
 _ERROR_BODY_CHARS = 300
+_ERROR_BODY_BYTES = 64 << 10  # of an error answer, read at most
 _SALT = secrets.token_bytes(16)
 
 
@@ -87,8 +95,9 @@ class _Refused(Exception):
 
 
 class _Stream:
-    """One open infill stream: cut (its socket shut down, which wakes the blocked reader) when
-    its CancelFlag is set, when its deadline passes or when a newer request supersedes it."""
+    """One open request: cut (its socket shut down, which wakes the blocked reader) when its
+    CancelFlag is set or its budget runs out (the flag's `expired()`), when its deadline passes
+    or when a newer request supersedes it."""
 
     def __init__(self, cancel: Any, deadline: float):
         self.cancel, self.deadline = cancel, deadline
@@ -113,7 +122,9 @@ class _Stream:
                 self._shut()
 
     def check(self, now: float) -> None:
-        if self.cancel is not None and self.cancel.is_set():
+        if self.cancel is not None and getattr(self.cancel, "expired", _never)():
+            self.cut("budget")  # (first: at the budget's end the scheduler cancels the flag as well)
+        elif self.cancel is not None and self.cancel.is_set():
             self.cut("cancelled")
         elif now >= self.deadline:
             self.cut("timeout")
@@ -161,6 +172,10 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+def _never() -> bool:
+    return False
+
+
 def _cut_at_stop(text: str, stop: Callable[[str], bool]) -> str:
     """`text` up to the shortest prefix at which `stop` says the unit has ended."""
     for k in range(1, len(text) + 1):
@@ -194,6 +209,7 @@ class RemoteEngine:
         self._down = False  # in an outage (told through on_health)
         self.failures = 0  # requests that failed (outage-like: refused, timed out, 5xx, broken)
         self.fast_failures = 0  # requests the open breaker failed without trying
+        self.cut_off = 0  # answers the client stopped reading: over a size cap, or past the request's budget
         self.last_error: str | None = None
 
     # -- what it is -----------------------------------------------------------------------
@@ -235,7 +251,8 @@ class RemoteEngine:
     def status(self) -> dict:
         """For stats: where it points, the breaker's state and the failures so far."""
         return {"url": self.url, **self.breaker.as_dict(), "failures": self.failures,
-                "fast_failures": self.fast_failures, "down": self._down, "last_error": self.last_error}
+                "fast_failures": self.fast_failures, "cut_off": self.cut_off, "down": self._down,
+                "last_error": self.last_error}
 
     def close(self) -> None:
         self._client.close()
@@ -284,7 +301,9 @@ class RemoteEngine:
     # -- transport --------------------------------------------------------------------------
 
     def _headers(self, cache_key: str | None) -> dict:
-        out = {"x-request-id": secrets.token_hex(8), "content-type": "application/json"}
+        # identity: a compressed body would expand past the caps before they could see it
+        out = {"x-request-id": secrets.token_hex(8), "content-type": "application/json",
+               "accept-encoding": "identity"}
         if cache_key is not None:
             out["x-session-id"] = session_id(cache_key)
         return out
@@ -297,41 +316,33 @@ class RemoteEngine:
                                     f"{self.last_error}")
 
     def _call(self, method: str, path: str, body: dict | None, cache_key: str | None = None) -> Any:
-        """One request with a JSON answer, within the timeout."""
-        httpx = self._httpx
+        """One request with a JSON answer (at most wire.MAX_BODY_BYTES), within the timeout."""
         self._admit()
+        stream = _Stream(None, time.monotonic() + self.timeout_s)
         try:
-            r = self._client.request(method, path, content=None if body is None else wire.dumps(body),
-                                     headers=self._headers(cache_key),
-                                     timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s))
-            if r.status_code != 200:
-                raise _Refused(r.status_code, _error_text(r.text))
-            data = wire.loads(r.content, "answer")
+            with self._open_request(method, path, body, cache_key, stream) as r:
+                data = wire.loads(wire.body(r.iter_raw()), "answer")
+                stream.detach()
         except Exception as e:
-            raise self._outcome(e, None) from None
+            raise self._outcome(e, stream) from None
+        finally:
+            _WATCHDOG.unwatch(stream)
         self._ok()
         return data
 
     def _stream(self, body: dict, cache_key: str, on_preview, cancel) -> list[Completion]:
         """POST /infill and read its events until the result; see _outcome for what fails how."""
-        httpx = self._httpx
         self._admit()
-        start = time.monotonic()
-        stream = _Stream(cancel, start + self.timeout_s)
+        stream = _Stream(cancel, time.monotonic() + self.timeout_s)
         with self._lock:
             older, self._open[cache_key] = self._open.get(cache_key), stream
         if older is not None:
             older.cut("superseded")
         try:
-            timeout = httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
-            with self._client.stream("POST", wire.INFILL, content=wire.dumps(body), headers=self._headers(cache_key),
-                                     timeout=timeout) as r:
-                if r.status_code != 200:
-                    raise _Refused(r.status_code, _error_text(r.read().decode("utf-8", "replace")))
-                stream.attach(_socket_of(r))
-                _WATCHDOG.watch(stream)
-                result = _read(r.iter_lines(), stream, on_preview)
-                stream.detach()  # read to its end: the connection goes back to the pool whole
+            with self._open_request("POST", wire.INFILL, body, cache_key, stream) as r:
+                result = _read(wire.lines(r.iter_raw()), stream, on_preview)
+                if stream.reason is None:
+                    stream.detach()  # read to its end: the connection goes back to the pool whole
         except Exception as e:
             raise self._outcome(e, stream) from None
         finally:
@@ -342,13 +353,47 @@ class RemoteEngine:
         self._ok()
         return result
 
+    @contextmanager
+    def _open_request(self, method: str, path: str, body: dict | None, cache_key: str | None, stream: _Stream):
+        """The response to one request, its body unread, its socket watched by `stream`: an
+        error status raises _Refused (with the head of its body)."""
+        httpx = self._httpx
+        # Until its headers arrive the socket is httpx's alone: each read then waits at most
+        # what is left of the request's budget (the watchdog takes over from the headers on).
+        wait = self.timeout_s
+        budget_end = getattr(stream.cancel, "deadline", None)
+        if isinstance(budget_end, (int, float)):
+            wait = min(wait, max(0.001, budget_end - time.monotonic()))
+        timeout = httpx.Timeout(wait, connect=min(self.connect_timeout_s, wait))
+        _WATCHDOG.watch(stream)  # from the start: an engine that accepts and never answers is cut too
+        with self._client.stream(method, path, content=None if body is None else wire.dumps(body),
+                                 headers=self._headers(cache_key), timeout=timeout) as r:
+            stream.attach(_socket_of(r))
+            if r.headers.get("content-encoding", "identity").lower() != "identity":
+                raise wire.WireError(f"the answer is compressed ({r.headers['content-encoding']}), "
+                                     f"which this client does not accept")
+            if r.status_code != 200:
+                raise _Refused(r.status_code, _error_text(_head(r.iter_raw(), _ERROR_BODY_BYTES)))
+            yield r
+
     def _outcome(self, e: Exception, stream: _Stream | None) -> Exception:
         """The exception a failed request raises, with the breaker and health told."""
         httpx = self._httpx
         reason = None if stream is None else stream.reason
+        if reason is None and stream is not None and getattr(stream.cancel, "expired", _never)():
+            reason = "budget"  # (a read timed out at the budget before the watchdog cut it)
         if isinstance(e, Cancelled) or reason in ("cancelled", "superseded"):
             self.breaker.released()
             return Cancelled()
+        if reason == "budget":  # the request's own budget, not the engine's fault: drafts answer
+            self.breaker.released()
+            self.cut_off += 1
+            log.info("the engine at %s was cut off at the request's time budget", self.url)
+            return RemoteUnavailable(f"the engine at {self.url} did not answer within the request's time budget")
+        if isinstance(e, wire.TooLarge):
+            self.cut_off += 1
+            log.warning("the engine at %s was cut off: %s", self.url, e)
+            return self._failed(f"the engine at {self.url} was cut off: {e}")
         if reason == "timeout" or isinstance(e, httpx.TimeoutException):
             return self._failed(f"the engine at {self.url} did not answer within {self.timeout_s:g} s")
         if isinstance(e, _Refused):
@@ -407,14 +452,28 @@ def _read(lines, stream: _Stream, on_preview: Callable[[Preview], None] | None) 
                 on_preview(wire.decode_preview(data))
         elif event == "result":
             result = wire.decode_result(data)
-            for _ in lines:  # nothing follows but the end of the body
-                pass
+            stream.deadline = min(stream.deadline, time.monotonic() + _DRAIN_S)
+            try:  # nothing follows but the end of the body (then the connection is reused)
+                for _ in lines:
+                    pass
+            except Exception:  # more did, or the end lingered: the socket is cut, the result stands
+                stream.cut("drained")
             return result
         elif event == "error":
             raise _Refused(*wire.decode_error(data))
     if stream.reason is not None:
-        raise Cancelled() if stream.reason != "timeout" else TimeoutError()
+        raise TimeoutError() if stream.reason in ("timeout", "budget") else Cancelled()
     raise wire.WireError("the stream ended before its result")
+
+
+def _head(chunks, max_bytes: int) -> str:
+    """The first `max_bytes` of a body (the rest is never read: the connection is closed)."""
+    out = bytearray()
+    for chunk in chunks:
+        out += chunk[:max_bytes - len(out)]
+        if len(out) >= max_bytes:
+            break
+    return out.decode("utf-8", "replace")
 
 
 def _socket_of(response) -> socket.socket | None:

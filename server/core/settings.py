@@ -6,6 +6,13 @@ key or a bad value keeps the base value for that field and adds one line to the 
 which the server shows once. Options may be given flat or under a "redraft" key, in
 camelCase or snake_case. This is the single table of defaults for the server.
 
+`parse_client(options, current, trusted)` is the same for settings from the editor, which a
+repository's own editor settings can reach: those that change where code goes or what is read
+are taken only when they are safe next to `trusted` (the command line's config, the user's own
+level): an engine on this machine, a model among the user's models, excludes that only add to
+the command line's, the secret-file defaults on. Anything else is refused with one line and the
+current value kept (trust.py says what is safe).
+
 It knows nothing of LSP messages or of the engine's internals (model and device are
 passed through as strings).
 """
@@ -16,7 +23,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from . import exclude
+from . import exclude, trust
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,10 @@ class ServerConfig:
     # on top of the usual secret files (exclude.SECRETS) unless exclude_secrets is false.
     exclude: tuple[str, ...] = ()
     exclude_secrets: bool = True
+    # Folders whose model checkpoints the editor's settings may name (`--models-dir`; the
+    # command line only). The shipped models, the Hugging Face cache (`redraft pull`) and the
+    # command line's own `--model` are the user's models too (trust.py).
+    models_dirs: tuple[str, ...] = ()
 
     def enabled(self, language: str) -> bool:
         table = dict(self.enable)
@@ -111,11 +122,11 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100.0 <= value <= 100.0:
             raise ValueError("must be a number in -100..100")
         return float(value)
-    if name == "exclude":
+    if name in ("exclude", "models_dirs"):
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(g, str) and g.strip() for g in value):
-            raise ValueError("must be a list of glob patterns")
+            raise ValueError("must be a list of glob patterns" if name == "exclude" else "must be a list of folders")
         return tuple(g.strip() for g in value)
     if name in ("comments", "strings", "extra_context", "stream_previews", "next_edit", "next_edit_refill", "cache",
                 "workspace_files", "names", "exclude_secrets"):
@@ -171,3 +182,37 @@ def parse(options: Any, base: ServerConfig | None = None) -> tuple[ServerConfig,
         except ValueError as e:
             problems.append(f"setting {key!r}={value!r} {e}; keeping {getattr(base, name)!r}")
     return replace(base, **changes), problems
+
+
+def parse_client(options: Any, current: ServerConfig, trusted: ServerConfig
+                 ) -> tuple[ServerConfig, list[str], list[str]]:
+    """A config from the editor's options over `current`: (config, problems, refusals). A
+    refusal is a setting that would send code elsewhere or read what the user did not choose
+    (trust.py); it keeps the current value. `trusted` is the command line's config."""
+    new, problems = parse(options, current)
+    refusals: list[str] = []
+    keep: dict[str, Any] = {}
+    names = _given(options)
+    for name, why in trust.refusals(new, current, trusted):
+        refusals.append(f"setting {names.get(name, name)[:40]!r}={_short(getattr(new, name))} refused: {why}; "
+                        f"keeping {_short(getattr(current, name))}")
+        keep[name] = getattr(current, name)
+    if new.model != current.model and "model" not in keep:  # the folder that was checked is the one loaded
+        keep["model"] = trust.canonical_model(new.model, trusted)
+    # The command line's globs always hold: the editor's add to them.
+    keep["exclude"] = tuple(dict.fromkeys(trusted.exclude + keep.get("exclude", new.exclude)))
+    return replace(new, **keep), problems, refusals
+
+
+def _short(value: Any, chars: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= chars else text[:chars] + "..."
+
+
+def _given(options: Any) -> dict[str, str]:
+    """Field name -> the key the client spelt it with (for messages)."""
+    if not isinstance(options, dict):
+        return {}
+    if isinstance(options.get("redraft"), dict):
+        options = options["redraft"]
+    return {_RENAMED.get(_snake(str(k)), _snake(str(k))): str(k) for k in options}

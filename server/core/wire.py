@@ -10,6 +10,10 @@ The single source of the protocol: the client (remote.py), the routes that serve
   POST /v1/redraft/engine/score   encode_score / decode_score -> encode_scores / decode_scores
   POST /v1/redraft/engine/forget  encode_forget / decode_forget -> {}
 
+What an engine sends is bounded before it is kept: a line of a stream at MAX_LINE_BYTES, an
+event's data at MAX_EVENT_BYTES, a whole stream or JSON answer at MAX_STREAM_BYTES /
+MAX_BODY_BYTES (`lines`, `read_events`, `body`); past one, TooLarge (a WireError) says which.
+
 Floats that are not finite travel as null: a completion's or a score's null comes back as
 -inf; in a sampler, null means the one non-finite value each such field takes (min_score
 -inf: always answer; abstain_margin, recheck_margin inf: never give up early). Decoders check every field's
@@ -42,8 +46,20 @@ _SAMPLER_NONFINITE = {"min_score": -math.inf, "abstain_margin": math.inf, "reche
 _SAMPLER_TYPES = {f.name: type(f.default) for f in fields(SamplerConfig)}
 
 
+# Far above any real answer (a result for a batch of 16 requests of 1k tokens is ~0.5 MB), far
+# below what would hurt the editor's machine.
+MAX_LINE_BYTES = 1 << 20
+MAX_EVENT_BYTES = 1 << 20
+MAX_STREAM_BYTES = 16 << 20
+MAX_BODY_BYTES = 4 << 20
+
+
 class WireError(ValueError):
     """A body or event that does not follow the protocol; the message names the field."""
+
+
+class TooLarge(WireError):
+    """A line, event, stream or body over its bound (the reader stops there)."""
 
 
 @dataclass(frozen=True)
@@ -338,16 +354,63 @@ def sse(event: str, data: dict) -> str:
     return f"event: {event}\ndata: {dumps(data)}\n\n"
 
 
-def read_events(lines: Iterable[str]) -> Iterator[tuple[str, Any]]:
+def lines(chunks: Iterable[bytes], max_line: int = MAX_LINE_BYTES, max_total: int = MAX_STREAM_BYTES
+          ) -> Iterator[str]:
+    """The lines (without their "\n" or "\r\n") of a byte stream arriving in chunks. Each
+    chunk is searched once (an endless line costs its bytes, not their square), and a line
+    over `max_line` bytes or a stream over `max_total` raises TooLarge as soon as it is seen."""
+    pending, total = bytearray(), 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > max_total:
+            raise TooLarge(f"the stream is over {_size(max_total)}")
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if len(pending) + end - start > max_line:
+                break
+            pending += chunk[start:end]
+            yield _text(pending)
+            pending.clear()
+            start = end + 1
+        if len(pending) + len(chunk) - start > max_line:
+            raise TooLarge(f"a line of the stream is over {_size(max_line)}")
+        pending += chunk[start:]
+    if pending:
+        yield _text(pending)
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def _text(line: bytearray) -> str:
+    try:
+        return line.rstrip(b"\r").decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WireError(f"the stream is not UTF-8: {e}") from None
+
+
+def body(chunks: Iterable[bytes], max_bytes: int = MAX_BODY_BYTES) -> bytes:
+    """A whole answer's bytes from its chunks; TooLarge past `max_bytes`."""
+    out = bytearray()
+    for chunk in chunks:
+        if len(out) + len(chunk) > max_bytes:
+            raise TooLarge(f"the answer is over {_size(max_bytes)}")
+        out += chunk
+    return bytes(out)
+
+
+def read_events(lines: Iterable[str], max_event: int = MAX_EVENT_BYTES) -> Iterator[tuple[str, Any]]:
     """(event, decoded data) for each event in a stream of lines (line ends stripped or not);
-    comments and unknown fields are skipped, as SSE says. Raises WireError on bad JSON."""
-    event, data = "message", []
+    comments and unknown fields are skipped, as SSE says. Raises WireError on bad JSON and
+    TooLarge for an event whose data is over `max_event` characters."""
+    event, data, size = "message", [], 0
     for line in lines:
         line = line.rstrip("\r\n")
         if not line:
             if data:
                 yield event, loads("\n".join(data), f"{event} event")
-            event, data = "message", []
+            event, data, size = "message", [], 0
             continue
         if line.startswith(":"):
             continue
@@ -356,6 +419,9 @@ def read_events(lines: Iterable[str]) -> Iterator[tuple[str, Any]]:
         if name == "event":
             event = value
         elif name == "data":
+            size += len(value) + 1
+            if size > max_event:
+                raise TooLarge(f"a {event} event is over {_size(max_event)}")
             data.append(value)
     if data:
         yield event, loads("\n".join(data), f"{event} event")

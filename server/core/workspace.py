@@ -21,6 +21,14 @@ never waits for a file. An open document is searched through its live index inst
 is closed is read again from disk (`reload`). Files changed on disk otherwise keep their index
 until it is dropped.
 
+A repository's links are not trusted: a folder link is never followed, and a file link only to
+a file the walk would list itself (inside a root, through no hidden or skipped folder, a source
+file name, neither the link's path nor its target's excluded); FIFOs, sockets and devices are
+never opened. Every read goes through safe_read.py, which checks all this again when the file
+is read; `refused` counts the links and special files left out. Lines holding a credential of a
+known shape (secret_shapes.py) are blanked before a file is indexed: a token pasted into
+ordinary code is never copied into a draft.
+
 It knows nothing of LSP: roots are folders, documents are paths or file: URIs.
 """
 
@@ -28,12 +36,14 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
+from . import safe_read, secret_shapes
 from .document import split_lines
 from .drafts import DraftIndex
 from .languages import canonical
@@ -75,8 +85,9 @@ class Workspace:
         self._to_rank: deque[Path] = deque()  # documents whose ranking the background thread makes
         self._wanted: deque[Path] = deque()  # files it indexes
         self._cond = threading.Condition()
-        self.indexed_bytes = self.skipped = self.evicted = 0
+        self.indexed_bytes = self.skipped = self.evicted = self.refused = 0
         self.listed = threading.Event()
+        self._closed = False
         if background:
             threading.Thread(target=self._work, name="redraft-workspace", daemon=True).start()
         else:
@@ -108,6 +119,7 @@ class Workspace:
         out = self._read(path, exclude, limit)
         if not self.background and self._wanted:
             self._index_wanted()
+            self._rank(path)  # files that could not be read were dropped from the listing
             out = self._read(path, exclude, limit)
         return out
 
@@ -119,7 +131,7 @@ class Workspace:
         with self._cond:
             return {"roots": [str(r) for r in self.roots], "files": len(self._files), "indexed": len(self._indexes),
                     "indexed_bytes": self.indexed_bytes, "skipped": self.skipped, "evicted": self.evicted,
-                    "ready": self.listed.is_set()}
+                    "refused": self.refused, "ready": self.listed.is_set()}
 
     def _read(self, path: Path, exclude: set[Path], limit: int) -> list[tuple[str, DraftIndex]]:
         """The indexed files among the `limit` nearest `path` by its ranking; queues the ranking
@@ -166,6 +178,15 @@ class Workspace:
                 self._wanted.append(path)
                 self._cond.notify()
 
+    def close(self) -> None:
+        """Stop the background thread (its client has gone) and let the indexes go."""
+        with self._cond:
+            self._closed = True
+            self._wanted.clear()
+            self._to_rank.clear()
+            self._indexes.clear()
+            self._cond.notify_all()
+
     def _work(self) -> None:
         try:
             self._list()
@@ -174,8 +195,10 @@ class Workspace:
             self.listed.set()
         while True:
             with self._cond:
-                while not (self._wanted or self._to_rank):
+                while not (self._wanted or self._to_rank or self._closed):
                     self._cond.wait()
+                if self._closed:
+                    return
                 doc = self._to_rank.popleft() if self._to_rank else None
             if doc is not None:
                 self._rank(doc)
@@ -194,7 +217,8 @@ class Workspace:
         log.info("workspace: %d source files under %s", len(files), ", ".join(map(str, self.roots)))
 
     def _walk(self):
-        """Source files under the roots within the size bound, breadth first, names in order."""
+        """Source files under the roots within the size bound, breadth first, names in order;
+        a file link only to a file the walk would list itself, each real file once."""
         queue, seen, folders = deque(self.roots), set(), 0
         while queue and folders < MAX_FOLDERS:
             folder = queue.popleft()
@@ -210,16 +234,42 @@ class Workspace:
                     if e.is_dir(follow_symlinks=False):
                         if e.name not in SKIP_DIRS and not (Path(e.path) / "pyvenv.cfg").exists():
                             queue.append(Path(e.path))
-                    elif e.is_file() and canonical(None, e.name) is not None and not self._skipped(Path(e.path)):
-                        if e.stat().st_size > self.max_file_bytes:
-                            self.skipped += 1
+                        continue
+                    if e.is_symlink() and e.is_dir():  # a folder link is never followed
+                        self.refused += 1
+                        continue
+                    path = Path(e.path)
+                    if canonical(None, e.name) is None or self._skipped(path):
+                        continue
+                    real = path
+                    if e.is_symlink():
+                        real = Path(os.path.realpath(path))
+                        if not self._listable(real):  # out of the workspace, hidden, excluded, a folder
+                            self.refused += 1
                             continue
-                        path = Path(e.path).resolve()
-                        if path not in seen:
-                            seen.add(path)
-                            yield path
+                    st = e.stat() if real is path else os.stat(real)  # no open: a FIFO would block
+                    if not stat.S_ISREG(st.st_mode):
+                        self.refused += 1
+                        continue
+                    if st.st_size > self.max_file_bytes:
+                        self.skipped += 1
+                        continue
+                    if real not in seen:
+                        seen.add(real)
+                        yield path
                 except OSError:
                     continue
+
+    def _listable(self, real: Path) -> bool:
+        """Whether the walk itself would list a resolved path: under a root, through no hidden
+        or skipped folder, a source file's name, not excluded."""
+        for root in self.roots:
+            if real != root and real.is_relative_to(root):
+                parts = real.relative_to(root).parts
+                if (not any(p.startswith(".") for p in parts) and not SKIP_DIRS.intersection(parts[:-1])
+                        and canonical(None, parts[-1]) is not None and not self._skipped(real)):
+                    return True
+        return False
 
     def _index_wanted(self) -> None:
         while True:
@@ -229,15 +279,21 @@ class Workspace:
                 path = self._wanted.popleft()
                 if path in self._indexes:
                     continue
-            if self._skipped(path):  # excluded since it was listed (settings change)
-                continue
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
+            try:  # checked again: the settings or the files may have changed since the listing
+                text = safe_read.read_text(path, self.roots, max_bytes=self.max_file_bytes,
+                                           excluded=lambda p: not self._listable(Path(p)))
+            except safe_read.Refused as e:
+                if e.reason == "excluded" and self._skipped(path):  # by the settings, which may change back
+                    continue
+                log.info("workspace: %s", e)
                 with self._cond:
-                    self.skipped += 1
+                    if e.reason in ("outside", "special", "changed"):
+                        self.refused += 1
+                    else:
+                        self.skipped += 1
                     self._files = [p for p in self._files if p != path]  # not asked for again
                 continue
+            text = secret_shapes.redact(text)  # a pasted token is never copied into a draft
             index = DraftIndex(split_lines(text))  # filing: outside the lock
             with self._cond:
                 self._store(path, index, len(text))

@@ -20,7 +20,8 @@ mode's row:
   sources           what the shown answers came from: model / buffer (a draft) ... -> count
   p50_ms, p95_ms    percentiles (linear interpolation) of the request's total ms
   encode_ms, generate_ms   medians
-  forwards          mean denoising forwards (context encoding excluded)
+  forwards          mean denoising forwards (context encoding excluded); for a causal model
+                    its decoding forwards, each verifying drafted tokens (lookup decoding)
   tokens_per_forward   span tokens / denoising forwards over the kind's requests; None
                     (with a line in `notes`) when they ran no model forward
   copy              the same fields for the plain-copy baseline

@@ -25,7 +25,7 @@ from redraft.engine import CancelFlag, Cancelled
 from ..core.inference import Inference
 from ..core.pipeline import engine_deadline
 from ..core.settings import ServerConfig
-from . import templates
+from . import bodies, templates
 from .engine import ApiChoice, ApiError, complete_fim, rewrite
 from .models import Models
 from .stats import HttpCounters
@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 OLLAMA, OPENAI = "ollama", "openai"
 INTERNAL = "internal error (see the server's log)"
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 408: "timeout_error", 413: "request_too_large", 500: "server_error",
-               503: "unavailable"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error", 413: "request_too_large",
+               415: "invalid_request_error", 421: "invalid_request_error", 500: "server_error", 503: "unavailable"}
 
 
 class Gone(Exception):
@@ -115,26 +115,14 @@ class Api:
                            headers={"WWW-Authenticate": "Bearer"})
 
     async def json(self, request: Request) -> dict:
-        size = request.headers.get("content-length", "")
-        too_big = ApiError(413, f"the body is over {self.max_body} bytes")
-        if size.isdigit() and int(size) > self.max_body:
-            raise too_big
-        chunks, total = [], 0
+        """The body, a JSON object (bodies.py: its type, size, arrival time, depth and text)."""
         try:
-            async with asyncio.timeout(self.body_timeout):  # a client that trickles its body holds nothing up
-                async for chunk in request.stream():
-                    total += len(chunk)
-                    if total > self.max_body:
-                        raise too_big
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise ApiError(408, f"the body took over {self.body_timeout:g} s to arrive") from None
+            bodies.check_type(request)
+            body = bodies.parse(await bodies.read(request, self.max_body, self.body_timeout))
+        except bodies.BodyError as e:
+            raise ApiError(e.status, e.message) from None
         except ClientDisconnect:
             raise Gone() from None
-        try:
-            body = json.loads(b"".join(chunks))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"the body is not valid JSON: {e}") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         return body

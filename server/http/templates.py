@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_N = 8  # choices per request
+MAX_STOPS = 16  # stop strings per request (OpenAI takes 4; Zed sends 5)
 
 
 class BadRequest(ValueError):
@@ -257,4 +258,6 @@ def _stop(v: Any) -> tuple[str, ...]:
         v = [v]
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise BadRequest("'stop' must be a string or a list of strings")
+    if len(v) > MAX_STOPS:
+        raise BadRequest(f"'stop' holds {len(v)} strings, more than {MAX_STOPS}")
     return tuple(s for s in v if s)

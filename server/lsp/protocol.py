@@ -9,7 +9,10 @@ notification whose handler is a generator (didOpen, didChange, didClose, ...) un
 id and never removes it — one future per keystroke, for the life of the process; (5) takes a
 `$/cancelRequest` for a request already answered as the normal LSP traffic it is (the client
 cancels while the answer is on its way), where pygls warns on stderr, which editors show as an
-error (Neovim's LspLog).
+error (Neovim's LspLog); (6) replaces lone UTF-16 surrogates (`\\ud800`: a valid JSON escape
+that no UTF-8 text can hold) by U+FFFD in every string of a message, keys included, with one
+log line naming the method: the text stays as the client sent it otherwise, and nothing
+downstream (parsing, tokenizing, logging) meets an unencodable string.
 `ClientLog` forwards redraft's log records to the client as `window/logMessage`.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 from lsprotocol import types as T
@@ -28,9 +32,54 @@ from pygls.protocol.language_server import lsp_method
 
 log = logging.getLogger(__name__)
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def _clean(value: Any) -> tuple[Any, bool]:
+    """A string (or list) with lone surrogates replaced, and whether there were any. Dicts
+    inside lists are cleaned on their own (the JSON decoder hands each object to the hook)."""
+    if isinstance(value, str):
+        if value.isascii() or _SURROGATE.search(value) is None:
+            return value, False
+        return _SURROGATE.sub(REPLACEMENT, value), True
+    if isinstance(value, list):
+        found = False
+        for i, item in enumerate(value):
+            if isinstance(item, (str, list)):
+                new, hit = _clean(item)
+                if hit:
+                    value[i], found = new, True
+        return value, found
+    return value, False
+
+
+def clean_object(data: dict) -> bool:
+    """Replace lone surrogates in one decoded JSON object's keys and values (not in the
+    objects nested in it, which the decoder cleaned before); True when there were some."""
+    found = False
+    for key in list(data):
+        value, hit = _clean(data[key])
+        new_key, key_hit = _clean(key)
+        if key_hit:
+            del data[key]
+        if hit or key_hit:
+            data[new_key], found = value, True
+    return found
+
 
 class RedraftProtocol(LanguageServerProtocol):
+    _surrogates = False  # the message being decoded had lone surrogates (set by nested objects)
+
     def structure_message(self, data: dict[str, Any]):
+        if clean_object(data):
+            self._surrogates = True
+        if "jsonrpc" not in data:
+            return data
+        if self._surrogates:  # the message's outermost object: one line for all of it
+            self._surrogates = False
+            log.warning("%s: lone UTF-16 surrogates in the message replaced by U+FFFD",
+                        str(data.get("method") or "a response"))
         try:
             return super().structure_message(data)
         except Exception:

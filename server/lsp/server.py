@@ -23,6 +23,10 @@ Start-up: the configured model starts loading as the server starts serving, befo
 load is then dropped unused). Until the first load settles, completions come from drafts at
 once (`redraft/stats`: `model_state` "loading", `answered_loading`), and this module imports
 no torch: the engine's thread imports it while the event loop already answers.
+
+Over TCP (`start_tcp`, transport.py), a client is served only after it sends the token in
+`initialize`, one at a time, each by a server of its own over the one Inference
+(`end_session` forgets its documents when it leaves).
 """
 
 from __future__ import annotations
@@ -219,14 +223,51 @@ class RedraftServer(LanguageServer):
     """pygls' server, whose model starts loading the moment it starts serving."""
 
     loader: _Loader
+    session: Session
+    owns_inference = True  # `shutdown` stops the engine's executor (not when sessions share it)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.client_logs: list[ClientLog] = []  # the log handlers forwarding to this client
 
     def start_io(self, *args, **kwargs):
         self.loader.preload()
         return super().start_io(*args, **kwargs)
 
-    def start_tcp(self, *args, **kwargs):
+    def start_tcp(self, host: str, port: int, token: str | None = None, started=None) -> None:
+        """LSP on host:port until interrupted: one client at a time, each after sending `token`
+        in `initialize`, each in a fresh session over this server's Inference (transport.py;
+        pygls' own TCP server shares one session among all connections). This server serves
+        the first client; `started(listener)` is called once it listens."""
+        from .transport import TcpFront
+        if not token:
+            raise ValueError("LSP over TCP needs a token")
+        config, inference = self.session.config, self.session.inference
+        self.owns_inference = False
+
+        def fresh() -> RedraftServer:
+            server = build_server(config, inference)
+            server.owns_inference = False
+            return server
         self.loader.preload()
-        return super().start_tcp(*args, **kwargs)
+        try:
+            asyncio.run(TcpFront(self, fresh, token).serve(host, port, started))
+        finally:
+            inference.shutdown()
+
+    def end_session(self) -> None:
+        """The client has gone (TCP): its documents are forgotten (the engine's keys/values
+        too), and nothing more is sent or logged to it."""
+        for h in self.client_logs:
+            logging.getLogger("redraft").removeHandler(h)
+        self.client_logs.clear()
+        self.session.publish = None
+        for uri in list(self.session.docs):
+            self.session.close(uri)
+        self.session.excluded.clear()
+        if self.session.workspace is not None:  # its indexing thread stops with it
+            self.session.workspace.close()
+            self.session.workspace = None
 
 
 def build_server(config: ServerConfig | None = None, inference: Inference | None = None) -> RedraftServer:
@@ -246,8 +287,8 @@ def build_server(config: ServerConfig | None = None, inference: Inference | None
     return server
 
 
-def _lifecycle(server: LanguageServer, session: Session, loader: _Loader) -> None:
-    client_log: list[ClientLog] = []
+def _lifecycle(server: RedraftServer, session: Session, loader: _Loader) -> None:
+    client_log = server.client_logs
 
     @server.feature(T.INITIALIZE)
     @guarded(session, T.INITIALIZE)
@@ -296,7 +337,8 @@ def _lifecycle(server: LanguageServer, session: Session, loader: _Loader) -> Non
     @server.feature(T.SHUTDOWN)
     @guarded(session, T.SHUTDOWN)
     def shutdown(ls: LanguageServer, params: Any) -> None:
-        session.inference.shutdown()
+        if server.owns_inference:
+            session.inference.shutdown()
         for h in client_log:
             logging.getLogger("redraft").removeHandler(h)
 

@@ -96,13 +96,22 @@ class Session:
         self.heard = 0.0  # time.monotonic() of the newest client message (set by the LSP layer)
         self.workspace: Workspace | None = None  # the client's root folders, indexed for drafts
         self.excluded: set[str] = set()  # open documents redraft never reads (the exclude settings)
+        self.trusted = config  # the command line's settings: what the editor's may not loosen (trust.py)
+        self.refused: set[str] = set()  # refusals the client was told of (each once)
+        self.settings_refused = 0  # settings refused, every time one came
 
     # -- settings ------------------------------------------------------------------------
 
     def configure(self, options) -> tuple[list[str], bool]:
         """Apply client settings; returns the problems found (those fields keep their values)
-        and whether the model, device, dtype or engine URL changed (the caller then reloads)."""
-        new, problems = settings.parse(options, self.config)
+        and whether the model, device, dtype or engine URL changed (the caller then reloads).
+        A setting refused for trust (settings.parse_client) is told once, however often it comes."""
+        new, problems, refusals = settings.parse_client(options, self.config, self.trusted)
+        self.settings_refused += len(refusals)
+        problems += [why for why in refusals if why not in self.refused]  # (logged where they are shown)
+        if len(self.refused) > 256:  # a bound, whatever a client sends; at worst one is told again
+            self.refused.clear()
+        self.refused.update(refusals)
         old, self.config = self.config, new
         if new != old:  # a suggestion on screen was made under the old settings: none is typed through
             for st in self.docs.values():
@@ -455,6 +464,7 @@ class Session:
         d = self.stats.as_dict()
         d["documents"] = len(self.docs)
         d["excluded"] = len(self.excluded)
+        d["settings_refused"] = self.settings_refused
         d["model"] = None if self.inference.engine is None else self.inference.engine.name
         d["model_state"] = self.inference.state
         d["model_error"] = self.inference.load_error

@@ -50,9 +50,13 @@ def test_dream_mask_falls_back_to_the_family_default(tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     del cfg["mask_token_id"]
     (folder / "config.json").write_text(json.dumps(cfg))
-    # the tiny vocabulary is too small for Dream's real id, which shows the default was taken
+    # the tiny vocabulary is too small for Dream's real id: refused by name, which shows the default was taken
     from redraft.engine.checkpoint import read_config
     from redraft.engine.tokenizer import Tokenizer
+    with pytest.raises(InvalidConfigError, match=r"mask_token_id=151666 is outside the vocabulary \(0\.\.368\)"):
+        read_config(folder, Tokenizer.from_folder(folder))
+    cfg["vocab_size"] = 151667
+    (folder / "config.json").write_text(json.dumps(cfg))
     assert read_config(folder, Tokenizer.from_folder(folder)).mask_token_id == 151666
 
 
@@ -114,17 +118,20 @@ def test_no_mask_token(tmp_path):
 
 
 def test_not_enough_memory(tmp_path):
-    """A real (sparse) safetensors file declaring 32 GiB of weights, more than this machine has."""
-    folder = tiny.make_family(tmp_path, "dream")
-    for f in folder.glob("*.safetensors"):
-        f.unlink()
-    n = 1_000_000 * 8192 * 4
-    header = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": [1_000_000, 8192],
-                                                       "data_offsets": [0, n]}}).encode()
-    with open(folder / "model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header)
-        f.truncate(8 + len(header) + n)
-    with pytest.raises(InsufficientMemoryError, match="GiB"):
+    """A consistent checkpoint (a sparse safetensors file holding every tensor its config implies)
+    of ~69G parameters: ~275 GB in float32, more than any test machine has; refused from the
+    sizes alone, before a file is mapped."""
+    import crafted
+    from redraft.engine.checkpoint import read_config
+    from redraft.engine.tokenizer import Tokenizer
+    from redraft.engine.weights import expected_shapes
+    folder = tiny.make_family(tmp_path, "redraft")
+    _edit_config(folder, vocab_size=1 << 20, hidden_size=1 << 15, num_attention_heads=32, num_key_value_heads=8,
+                 intermediate_size=64, num_hidden_layers=1)
+    cfg = read_config(folder, Tokenizer.from_folder(folder))
+    crafted.write_safetensors(_weights(folder), {k: ("BF16", list(v), None) for k, v in expected_shapes(cfg).items()})
+    assert _weights(folder).stat().st_size > 128 << 30
+    with pytest.raises(InsufficientMemoryError, match=r"weights need 2\d\d\.\d GiB in float32 but cpu has"):
         Engine.load(folder, dtype="float32")
 
 
@@ -244,3 +251,54 @@ def test_every_checkpoint_error_is_an_engine_error():
     for cls in (CorruptFileError, InvalidConfigError, NonFiniteWeightError, MissingFileError, ShapeMismatchError,
                 UnknownModelTypeError, NoMaskTokenError, ModelNotFoundError):
         assert issubclass(cls, CheckpointError) and issubclass(cls, EngineError)
+
+
+# -- the bounds on config.json leave room for every real family -------------------------------
+
+REAL_CONFIGS = {  # config.json as published (the keys the loader reads), and the parameters it implies
+    "Dream-v0-Base-7B / DiffuCoder-7B": (dict(
+        model_type="Dream", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, vocab_size=152064, max_position_embeddings=131072, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, rope_scaling=None, mask_token_id=151666,
+        pad_token_id=151643, bos_token_id=151643, eos_token_id=151643), 7.6e9),
+    "LLaDA-8B-Base": (dict(
+        model_type="llada", d_model=4096, n_heads=32, n_kv_heads=32, n_layers=32, mlp_hidden_size=12288,
+        vocab_size=126464, embedding_size=126464, max_sequence_length=4096, rope_theta=500000.0, rms_norm_eps=1e-5,
+        mask_token_id=126336, eos_token_id=126081, pad_token_id=126081, weight_tying=False, block_type="llama",
+        activation_type="silu", layer_norm_type="rms", include_bias=False, include_qkv_bias=False), 8.0e9),
+    "Open-dCoder-0.5B": (dict(
+        model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, mask_token_id=151665, eos_token_id=151643), 0.49e9),
+    "LLaMA-3.1-8B layout, llama3 rope": (dict(
+        model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+        rms_norm_eps=1e-5, mask_token_id=128255, rope_scaling=dict(
+            rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            original_max_position_embeddings=8192)), 8.0e9),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL_CONFIGS))
+def test_real_families_fit_the_bounds(tmp_path, name):
+    from redraft.engine.checkpoint import read_config
+    from redraft.engine.weights import parameter_count
+    raw, parameters = REAL_CONFIGS[name]
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    cfg = read_config(tmp_path, None)
+    assert cfg.num_hidden_layers == raw.get("num_hidden_layers", raw.get("n_layers"))
+    assert abs(parameter_count(cfg) - parameters) < 0.05 * parameters
+
+
+def test_the_shipped_models_fit_the_bounds():
+    from redraft.engine.checkpoint import SHIPPED, SHIPPED_DIR, read_config
+    from redraft.engine.tokenizer import Tokenizer
+    from redraft.engine.weights import check_tables, read_table, weight_files
+    from redraft.engine.folder import Folder
+    shipped = [SHIPPED_DIR / n for n in SHIPPED if (SHIPPED_DIR / n / "config.json").is_file()]
+    assert shipped
+    for folder in shipped:
+        cfg = read_config(folder, Tokenizer.from_folder(folder))
+        place = Folder(folder)
+        tables = {f: read_table(place, f) for f in weight_files(place)}
+        assert sum(len(p) for p in check_tables(folder, tables, cfg).values()) > 0

@@ -10,22 +10,7 @@ import torch
 from redraft.engine import Engine, prompt
 from redraft.engine.training import corpus, examples, tokenizer, train
 
-TINY_SHAPE = json.dumps(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, head_dim=16))
-
-
-@pytest.fixture(scope="module")
-def tiny_corpus(tmp_path_factory):
-    """Thirty standard-library files as train, five as validation, in the corpus builder's format."""
-    root = tmp_path_factory.mktemp("corpus")
-    files = [f for f in corpus.stdlib_files() if 2_000 < len(f[1]) < 20_000][:35]
-    for split, chunk in (("train", files[:30]), ("valid", files[30:])):
-        with gzip.open(root / f"{split}.jsonl.gz", "wt") as f:
-            for path, text in chunk:
-                f.write(json.dumps({"package": "cpython-stdlib", "path": path, "text": text}) + "\n")
-    tok = tokenizer.train_tokenizer([t for _, t in files[:30]], vocab_size=1024)
-    tokenizer.save_tokenizer(tok, root / "tok")
-    return root
+from tiny import TRAIN_SHAPE as TINY_SHAPE  # the tiny_corpus fixture: conftest.py
 
 
 def test_tokenizer_round_trips_code_exactly(tiny_corpus):
@@ -159,7 +144,10 @@ def test_context_next_token_loss_stays_in_the_context(tiny_corpus):
 def test_ar_to_diffusion_conversion_keeps_the_contexts_keys_and_values_exact(tiny_corpus):
     # The diffusion run starts from the AR twin's weights (--init); with the context_causal
     # pattern its context attends as the twin's did, so the keys/values a server caches for
-    # the context are the twin's to the bit, and only the span block learns anything new.
+    # the context are the twin's, and only the span block learns anything new. Bit-exact where
+    # the shapes are the same (whatever the span holds); against the twin, which reads fewer
+    # rows, to float tolerance: matrix kernels block and sum by shape, and AVX2-only CPUs
+    # round differently from AVX-512 ones there.
     from redraft.engine.cache import KVCache
     tok = train._tok(tiny_corpus / "tok")
     shape = train.shape_for(tok, json.loads(TINY_SHAPE))
@@ -171,21 +159,25 @@ def test_ar_to_diffusion_conversion_keeps_the_contexts_keys_and_values_exact(tin
     T, C = ids.shape[1], ids.shape[1] - 6  # the last 6 positions play the span
     pos = torch.arange(T).expand(1, T)
 
-    def kv(model, mask=None, causal=False, n=T):
+    def kv(model, mask=None, causal=False, n=T, rows=ids):
         cache = KVCache(shape["num_hidden_layers"], 1, shape["num_key_value_heads"], T, shape["head_dim"],
                         torch.float32, "cpu")
         with torch.no_grad():
-            model(ids[:, :n], pos[:, :n], cache=cache, causal=causal, mask=mask)
+            model(rows[:, :n], pos[:, :n], cache=cache, causal=causal, mask=mask)
         return [k[:, :, :C] for k in cache.k], [v[:, :, :C] for v in cache.v]
 
     twin = kv(ar, causal=True, n=C)  # the twin reads the context alone
     mask = train.span_mask(torch.tensor([C]), torch.tensor([T]), T)[:, :, :, :T]
     served = kv(diff, mask=mask)  # the diffusion model reads context and span in one pass
+    other = ids.clone()
+    other[0, C:] = tok.token_to_id("<|mask|>")  # the same context, another span
+    remasked = kv(diff, mask=mask, rows=other)
     assert len(twin[0]) == shape["num_hidden_layers"]
-    for a, b in zip(twin[0] + twin[1], served[0] + served[1]):
-        assert torch.equal(a, b)
+    for a, b, c in zip(twin[0] + twin[1], served[0] + served[1], remasked[0] + remasked[1]):
+        assert torch.equal(b, c)  # the span never reaches the context's keys/values
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     full = kv(diff, mask=train.span_mask(torch.tensor([C]), torch.tensor([T]), T, full=True))
-    assert not torch.equal(full[0][-1], twin[0][-1])  # a bidirectional context would not keep them
+    assert not torch.allclose(full[0][-1], twin[0][-1], rtol=1e-3, atol=1e-4)  # a bidirectional context would not keep them
 
 
 LANGUAGE_SNIPPETS = {

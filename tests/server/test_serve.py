@@ -34,7 +34,7 @@ def _read_message(sock: socket.socket) -> dict:
 
 def test_serve_over_tcp_answers_initialize(tiny_model):
     port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "REDRAFT_TOKEN": "t0ken"}
     proc = subprocess.Popen([*SERVE, "--tcp", str(port), "--model", str(tiny_model)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -48,7 +48,8 @@ def test_serve_over_tcp_answers_initialize(tiny_model):
                 time.sleep(0.1)
         with sock:
             body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                               "params": {"processId": None, "rootUri": None, "capabilities": {}}}).encode()
+                               "params": {"processId": None, "rootUri": None, "capabilities": {},
+                                          "initializationOptions": {"token": "t0ken"}}}).encode()
             sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
             reply = _read_message(sock)
         assert reply["id"] == 1

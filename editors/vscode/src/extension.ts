@@ -18,7 +18,10 @@ import {
 import { NextEdit } from "./nextEdits";
 import { NextEditView } from "./nextEditView";
 import { formatPreview, parsePreview } from "./previews";
-import { languageEnabled, needsRestart, readSettings, serverOptions, Settings } from "./settings";
+import {
+  ignoredMessage, Inspected, languageEnabled, needsRestart, readSettings, serverCommandLine, serverOptions, Settings,
+  userLevel,
+} from "./settings";
 import { parseStats, statusText, statusTooltip, StatusState } from "./status";
 
 const SELECTOR = [{ scheme: "file" }, { scheme: "untitled" }];
@@ -36,6 +39,7 @@ class Extension implements vscode.Disposable {
   private readonly nextEdits: NextEditView;
   private statsTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly disposables: vscode.Disposable[] = [];
+  private readonly told = new Set<string>(); // messages about ignored workspace settings, each shown once
 
   constructor() {
     this.settings = this.read();
@@ -75,11 +79,19 @@ class Extension implements vscode.Disposable {
   }
 
   private read(): Settings {
+    // Where code goes and what is read come from the user's own settings only (settings.ts).
     const config = vscode.workspace.getConfiguration("redraft");
-    const { settings, problems } = readSettings((key) => config.get(key));
+    const { get, ignored } = userLevel((key) => config.inspect(key) as Inspected | undefined);
+    const { settings, problems } = readSettings(get);
     if (problems.length) {
       for (const p of problems) this.log?.warn(p);
       void vscode.window.showWarningMessage(`redraft: ${problems.join("; ")}`);
+    }
+    const message = ignored.length ? ignoredMessage(ignored) : undefined;
+    if (message && !this.told.has(message)) { // once per session, however often settings change
+      this.told.add(message);
+      this.log?.warn(message);
+      void vscode.window.showWarningMessage(message);
     }
     return settings;
   }
@@ -89,7 +101,7 @@ class Extension implements vscode.Disposable {
   }
 
   async start(): Promise<void> {
-    const [command, ...args] = this.settings.serverCommand;
+    const [command, ...args] = serverCommandLine(this.settings);
     const server: ServerOptions = { command, args, transport: TransportKind.stdio };
     const options: LanguageClientOptions = {
       documentSelector: SELECTOR,

@@ -9,6 +9,13 @@
  *
  * The server validates values itself (an invalid one keeps its default with one message);
  * this module only checks types and knows no VS Code API.
+ *
+ * A repository's `.vscode/settings.json` is not the user's choice: `userLevel(inspect)` takes
+ * the settings that decide where code goes or what is read only from the user's own level
+ * (VS Code's `inspect().globalValue`): `model`, `excludeSecrets` (a workspace may turn it on,
+ * never off), `exclude` (a workspace's globs add to the user's, never replace them), and in
+ * `serverSettings` the keys `engineUrl`, `model`, `modelsDirs`, `excludeSecrets`, `exclude`
+ * (and a nested `redraft` object). The server refuses unsafe values of these too.
  */
 
 export type Drafts = "seeded" | "only" | "off";
@@ -109,13 +116,96 @@ export function serverOptions(s: Settings): Record<string, unknown> {
   };
 }
 
+/**
+ * The server's program and arguments: `serverCommand`, and a model folder from the user's
+ * settings as `--model PATH`, the command line being where the server trusts a folder (from
+ * the editor's settings it takes only names and folders under its models folders).
+ */
+export function serverCommandLine(s: Settings): string[] {
+  return isModelFolder(s.model) ? [...s.serverCommand, "--model", s.model as string] : [...s.serverCommand];
+}
+
+/** A path rather than a shipped name ("redraft-ar") or a pulled Hugging Face id ("org/name"). */
+function isModelFolder(model: string | null): boolean {
+  return model !== null && !/^[\w.-]+(\/[\w.-]+)?$/.test(model);
+}
+
 /** Whether a change from `a` to `b` needs a new server process (not just new options). */
 export function needsRestart(a: Settings, b: Settings): boolean {
-  return JSON.stringify(a.serverCommand) !== JSON.stringify(b.serverCommand);
+  return JSON.stringify(serverCommandLine(a)) !== JSON.stringify(serverCommandLine(b));
 }
 
 /** Whether completions and next edits are wanted for a language id. */
 export function languageEnabled(s: Settings, languageId: string): boolean {
   if (!s.enabled) return false;
   return s.languages[languageId] ?? s.languages["*"] ?? true;
+}
+
+/** What VS Code's `inspect()` says of one setting (the levels this module reads). */
+export interface Inspected {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+// Server settings a workspace may not give, in the server's snake_case (it takes either case).
+const USER_ONLY_SERVER_KEYS = new Set(["engine_url", "model", "models_dirs", "exclude_secrets", "exclude", "redraft"]);
+const snake = (key: string) => key.replace(/(?<!^)(?=[A-Z])/g, "_").toLowerCase();
+
+/**
+ * The value each setting gets when the workspace's own levels may not decide the sensitive
+ * ones (see the top of this file), and one line per workspace value left out. `undefined`
+ * means "not set" (readSettings then keeps the default).
+ */
+export function userLevel(inspect: (key: keyof Settings) => Inspected | undefined):
+  { get: (key: keyof Settings) => unknown; ignored: string[] } {
+  const ignored: string[] = [];
+  const levels = (key: keyof Settings) => {
+    const i = inspect(key) ?? {};
+    return { user: i.globalValue, workspace: [i.workspaceValue, i.workspaceFolderValue].filter((v) => v !== undefined) };
+  };
+  const get = (key: keyof Settings): unknown => {
+    const { user, workspace } = levels(key);
+    const merged = workspace.length ? workspace[workspace.length - 1] : user;
+    switch (key) {
+      case "model":
+        if (workspace.some((v) => JSON.stringify(v) !== JSON.stringify(user))) {
+          ignored.push("redraft.model");
+        }
+        return user;
+      case "excludeSecrets":
+        if (workspace.includes(false) && user !== false) ignored.push("redraft.excludeSecrets");
+        return workspace.includes(true) ? true : user;
+      case "exclude": {
+        const globs = [user, ...workspace].filter(Array.isArray).flat();
+        return [user, ...workspace].some((v) => v !== undefined) ? [...new Set(globs)] : undefined;
+      }
+      case "serverSettings": {
+        if (!workspace.length) return user;
+        const out: Record<string, unknown> = isObject(user) ? { ...user } : {};
+        for (const level of workspace) {
+          if (!isObject(level)) return merged; // a wrong type: readSettings reports it
+          for (const [k, v] of Object.entries(level)) {
+            if (USER_ONLY_SERVER_KEYS.has(snake(k))) {
+              if (JSON.stringify(v) !== JSON.stringify(isObject(user) ? user[k] : undefined)) {
+                ignored.push(`redraft.serverSettings.${k}`);
+              }
+              continue;
+            }
+            out[k] = v;
+          }
+        }
+        return out;
+      }
+      default:
+        return merged;
+    }
+  };
+  return { get, ignored };
+}
+
+/** The message for settings a workspace gave and the user level alone may give. */
+export function ignoredMessage(ignored: string[]): string {
+  return `redraft: ${[...new Set(ignored)].join(", ")} from this workspace's settings ignored: where code goes ` +
+    "and what is read are set in your user settings only";
 }

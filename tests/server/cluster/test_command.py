@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cluster_helpers import free_port, ray_processes
+from cluster_helpers import command_line, descendants, free_port, listening, loopback, ray_processes
 
 pytest.importorskip("ray.serve", reason="Ray Serve is not installed: pip install 'redraft[cluster]'")
 httpx = pytest.importorskip("httpx")
@@ -62,6 +62,14 @@ def test_cluster_command_serves_until_interrupted_and_leaves_no_ray_process(tiny
         assert daemons
         r = httpx.get(f"http://127.0.0.1:{port}/v1/redraft/engine/info", timeout=30)
         assert r.status_code == 200 and r.json()["protocol"] == 1
+        # Every port its Ray opened (GCS, raylet, workers, agents, Serve's proxy) is on loopback,
+        # and no metrics exporter or dashboard listens, except the one Ray gives no option for:
+        # a Serve replica's inter-deployment gRPC server (docs/remote-and-cluster.md).
+        ports = listening(descendants(proc.pid) | daemons)
+        assert len(ports) >= 5 and ("127.0.0.1", port) in {(a, p) for _, a, p in ports}, ports
+        wide = [(pid, a, p) for pid, a, p in ports if not loopback(a)]
+        assert [command_line(pid) for pid, _, _ in wide] == ["ray::ServeReplica:redraft:engine"], wide
+        assert 8265 not in {p for _, _, p in ports}  # the dashboard's port
         proc.send_signal(signal.SIGINT)
         try:
             code = proc.wait(timeout=60)

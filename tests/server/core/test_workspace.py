@@ -1,6 +1,7 @@
 """The workspace's files as draft sources: what is indexed within the bounds, which files a
 document searches first, and a closed file read again."""
 
+import os
 import time
 from pathlib import Path
 
@@ -82,3 +83,101 @@ def test_files_are_indexed_in_the_background_when_a_document_asks(tmp_path):
     while not ws.nearest(doc) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [u.rsplit("/", 1)[1] for u, _ in ws.nearest(doc)] == ["a.py"]
+
+
+# -- links and special files: a repository controls them ------------------------------------
+
+OUTSIDE = "outside-marker-7c1f"
+
+
+def indexed_texts(ws: Workspace, doc: Path) -> dict[str, str]:
+    """uri -> indexed text of what a document nearby would search."""
+    return {u: ix.text for u, ix in ws.nearest(doc, limit=99)}
+
+
+def test_links_reach_only_files_the_walk_would_list_itself(tmp_path):
+    root, out, other = tmp_path / "ws", tmp_path / "out", tmp_path / "other"
+    write(out, "secret.py", f'TOKEN = "{OUTSIDE}"\n')
+    write(other, "shared.py", "shared_value = 3\n")
+    write(root, "pkg/a.py", "a = 1\n")
+    write(root, ".env", "API=envsecret-41\n")
+    write(root, ".hidden/h.py", "hidden = 'hid-55'\n")
+    write(root, "node_modules/dep.py", "dep = 'dep-66'\n")
+    write(root, "private/p.py", "private = 'priv-77'\n")
+    links = {"pkg/out.py": out / "secret.py",  # a file out of the workspace
+             "pkg/outdir": out,  # a folder out
+             "pkg/chain.py": root / "pkg" / "hop.py", "pkg/hop.py": out / "secret.py",  # a link to a link out
+             "pkg/notes.py": root / ".env",  # a secret inside, under an innocent name
+             "pkg/h.py": root / ".hidden" / "h.py", "pkg/dep.py": root / "node_modules" / "dep.py",
+             "pkg/p.py": root / "private" / "p.py",  # the user's exclude glob, seen through a link
+             "pkg/loop.py": root / "pkg" / "loop.py",
+             "pkg/same.py": root / "pkg" / "a.py",  # inside: read once, as its first path listed
+             "pkg/shared.py": other / "shared.py"}  # inside another root
+    for rel, target in links.items():
+        (root / rel).symlink_to(target)
+    os.mkfifo(root / "pkg" / "pipe.py")
+    ws = Workspace([root, other], background=False, skip=lambda p: "private/" in str(p))
+    got = indexed_texts(ws, root.resolve() / "pkg" / "new.py")
+    texts = "\n".join(got.values())
+    assert texts, got
+    for leaked in (OUTSIDE, "envsecret-41", "hid-55", "dep-66", "priv-77"):
+        assert leaked not in texts, (leaked, got)
+    # each real file once: same.py is a.py, pkg/shared.py (a link into the other root: allowed) is
+    # other/shared.py
+    assert sorted(u.rsplit("/", 2)[-2] + "/" + u.rsplit("/", 1)[1] for u in got) == ["other/shared.py", "pkg/a.py"]
+    # out.py, outdir, chain.py, hop.py, notes.py, h.py, dep.py, p.py, pipe.py; loop.py fails to resolve
+    assert ws.stats()["refused"] == 9 and ws.stats()["files"] == 2
+
+
+def test_a_file_changed_after_listing_is_checked_again_when_read(tmp_path):
+    root, out = tmp_path / "ws", tmp_path / "out"
+    write(out, "secret.py", f'TOKEN = "{OUTSIDE}"\n')
+    for name in ("link.py", "fifo.py", "grew.py", "kept.py"):
+        write(root, name, "x = 1\n")
+    ws = Workspace([root], max_file_bytes=100, background=False)
+    assert ws.stats()["files"] == 4 and ws.stats()["indexed"] == 0  # listed, not read yet
+    (root / "link.py").unlink()
+    (root / "link.py").symlink_to(out / "secret.py")
+    (root / "fifo.py").unlink()
+    os.mkfifo(root / "fifo.py")  # opening it for reading would block the indexer forever
+    (root / "grew.py").write_text("x = 1\n" * 100)
+    got = indexed_texts(ws, root.resolve() / "new.py")
+    assert [u.rsplit("/", 1)[1] for u in got] == ["kept.py"]
+    assert OUTSIDE not in "".join(got.values())
+    st = ws.stats()
+    assert st["refused"] == 2 and st["skipped"] == 1 and st["files"] == 1  # the others not asked for again
+
+
+def test_safe_read_refuses_each_way_out(tmp_path):
+    from redraft.server.core import safe_read
+    root, out = tmp_path / "ws", tmp_path / "out"
+    write(out, "secret.py", "s = 1\n")
+    write(root, "ok.py", "ok = 1\n")
+    write(root, "big.py", "b" * 200)
+    write(root, ".env", "A=1\n")
+    write(root, "bin.py", "").write_bytes(b"\xff\xfe\x00")
+    (root / "out.py").symlink_to(out / "secret.py")
+    (root / "notes.py").symlink_to(root / ".env")
+    os.mkfifo(root / "fifo.py")
+
+    def reason(name: str) -> str:
+        try:
+            safe_read.read_text(root / name, [root], max_bytes=100, excluded=lambda p: p.endswith(".env"))
+        except safe_read.Refused as e:
+            return e.reason
+        return "read"
+    assert safe_read.read_text(root / "ok.py", [root], max_bytes=100) == "ok = 1\n"
+    assert {n: reason(n) for n in ("ok.py", "big.py", ".env", "notes.py", "out.py", "fifo.py", "bin.py",
+                                   "missing.py")} == {
+        "ok.py": "read", "big.py": "too_large", ".env": "excluded", "notes.py": "excluded", "out.py": "outside",
+        "fifo.py": "special", "bin.py": "not_text", "missing.py": "unreadable"}
+
+
+def test_lines_holding_a_token_are_never_indexed(tmp_path):
+    aws, gh = "AKIA" + "Z7Q4XW2M9KDP3LRT", "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    write(tmp_path, "conf.py", f'AWS_KEY = "{aws}"\nGH = "{gh}"\nREGION = "eu-west-1"\n'
+                               "KEY = '''-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA0\n"
+                               "-----END RSA PRIVATE KEY-----'''\nDONE = True\n")
+    ws = Workspace([tmp_path], background=False)
+    (text,) = indexed_texts(ws, tmp_path.resolve() / "new.py").values()
+    assert text.split("\n") == ["", "", 'REGION = "eu-west-1"', "", "", "", "DONE = True", ""]

@@ -286,11 +286,12 @@ def test_the_workspace_gives_drafts_from_the_other_files_of_a_package(tmp_path):
     package's), as the server's come from the client's root folder; the copy baseline stays
     with the sample's own file."""
     call = "    return normalize_record(record, schema=SCHEMA, strict=True, defaults=None)\n"
+    defined = "\n\nSCHEMA = {}\n"  # (a draft naming what the file does not define is not shown)
     (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "reader.py").write_text(f"def read(record):\n{call}")
-    (tmp_path / "app" / "writer.py").write_text(f"def write(record):\n{call}")
+    (tmp_path / "app" / "reader.py").write_text(f"def read(record):\n{call}{defined}")
+    (tmp_path / "app" / "writer.py").write_text(f"def write(record):\n{call}{defined}")
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "solo.py").write_text(f"def solo(record):\n{call}")
+    (tmp_path / "other" / "solo.py").write_text(f"def solo(record):\n{call}{defined}")
     found, _ = samples.load_sources(tmp_path)
     f = next(i for i, s in enumerate(found) if s.path == "app/writer.py")
     text = found[f].text

@@ -86,7 +86,8 @@ def test_mercury_edit_prompt_parses_around_its_region():
 def test_zeds_ollama_request_comes_back_well_formed(servers):
     body = {"model": "redraft", "prompt": f"<fim_prefix>{PREFIX}<fim_suffix>{SUFFIX}<fim_middle>", "raw": True,
             "stream": False, "options": {"num_predict": 64, "temperature": 0.2, "stop": ZED_STOPS}}
-    r = httpx.post(f"{servers[0]}/api/generate", content=json.dumps(body), timeout=30)
+    r = httpx.post(f"{servers[0]}/api/generate", content=json.dumps(body), timeout=30,
+                   headers={"Content-Type": "application/json"})  # as Zed sends it
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     out = r.json()
     assert out["model"] == "redraft" and out["done"] is True and isinstance(out["response"], str)
@@ -241,9 +242,10 @@ def test_eight_concurrent_requests_are_all_answered(servers):
 def test_every_error_code(servers):
     plain, locked = servers
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    r = httpx.post(f"{plain}/api/generate", content=b"{not json")
+    as_json = {"Content-Type": "application/json"}
+    r = httpx.post(f"{plain}/api/generate", content=b"{not json", headers=as_json)
     assert r.status_code == 400 and isinstance(r.json()["error"], str)  # Ollama's shape
-    r = httpx.post(f"{plain}/v1/completions", content=b"[1, 2]")
+    r = httpx.post(f"{plain}/v1/completions", content=b"[1, 2]", headers=as_json)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"  # OpenAI's shape
     assert httpx.post(f"{plain}/v1/completions", json={"prompt": "x", "temperature": "hot"}).status_code == 400
     assert httpx.post(f"{plain}/v1/edit/completions", json={"messages": [{"role": "user", "content": "hi"}]}

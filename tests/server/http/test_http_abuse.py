@@ -23,6 +23,7 @@ from redraft.server.http import api as http_api
 from redraft.server.http.app import INTERNAL, build_app
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {"Content-Type": "application/json"}
 MAX_BODY, BODY_TIMEOUT = 4096, 0.5
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n\n\nprint(add(1, 2))\n"
 
@@ -193,7 +194,7 @@ def test_refusals_are_counted_by_status(server):
     before = settled(server)
     assert httpx.get(f"{server.url}/v2/nothing", headers=AUTH).status_code == 404
     assert httpx.get(f"{server.url}/v1/completions", headers=AUTH).status_code == 405
-    r = httpx.post(f"{server.url}/v1/completions", content=b"{not json", headers=AUTH)
+    r = httpx.post(f"{server.url}/v1/completions", content=b"{not json", headers=AUTH | JSON)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     assert httpx.post(f"{server.url}/v1/completions", json={"prompt": "x", "n": "many"}, headers=AUTH
                       ).status_code == 400
@@ -239,13 +240,13 @@ def test_an_internal_error_is_a_500_in_the_routes_shape(server, monkeypatch, cap
 def test_oversized_bodies_are_413(server):
     before = settled(server)
     big = json.dumps({"prompt": "x" * MAX_BODY}).encode()
-    r = httpx.post(f"{server.url}/v1/completions", content=big, headers=AUTH)  # says its length
+    r = httpx.post(f"{server.url}/v1/completions", content=big, headers=AUTH | JSON)  # says its length
     assert r.status_code == 413 and str(MAX_BODY) in r.json()["error"]["message"]
 
     def chunks():  # no Content-Length: the server counts as it reads
         for i in range(0, len(big), 1000):
             yield big[i:i + 1000]
-    r = httpx.post(f"{server.url}/api/generate", content=chunks(), headers=AUTH)
+    r = httpx.post(f"{server.url}/api/generate", content=chunks(), headers=AUTH | JSON)
     assert r.status_code == 413 and str(MAX_BODY) in r.json()["error"]
     assert grew(before, settled(server)) == {"requests": 2, "rejected": {"413": 2}}
 
@@ -255,7 +256,7 @@ def test_slow_bodies_are_408(server):
     port = int(server.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         t0 = time.monotonic()  # before the server can start its clock
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"prompt\": ")
         reply = b""
         while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):

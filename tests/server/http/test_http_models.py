@@ -11,7 +11,7 @@ from http_helpers import Running
 from redraft.engine import SHIPPED
 from redraft.server.core.repetition import loop_start
 from redraft.server.core.settings import ServerConfig
-from redraft.server.http.app import build_app
+from redraft.server.http.app import Access, build_app
 
 # The README's example: the cursor after `logging.` in a method body.
 PREFIX = ("import logging\n\nlog = logging.getLogger(__name__)\n\n\nclass Store:\n    def __init__(self):\n"
@@ -21,7 +21,7 @@ PREFIX = ("import logging\n\nlog = logging.getLogger(__name__)\n\n\nclass Store:
 @pytest.fixture(scope="module")
 def served(inference):
     """(url, app) of a server whose loaded model is the tiny one, named "redraft"; its engine
-    calls counted."""
+    calls counted; it serves the engine protocol too (a remote engine's clients are tested here)."""
     engine = inference.engine
     infill, calls = engine.infill, []
 
@@ -29,7 +29,7 @@ def served(inference):
         calls.append(1)
         return infill(*args, **kwargs)
     engine.infill = counted
-    app = build_app(inference, ServerConfig())
+    app = build_app(inference, ServerConfig(), access=Access(engine_routes=True))
     server = Running(app)
     yield server.url, app, calls
     server.stop()

@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 from lsprotocol import types as T
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+# The tests' model folders (tiny.py's, in pytest's temporary folders) are the user's models here:
+# the client may name a model folder only under a models folder the command line gives.
+MODELS_DIR = Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()).resolve()
 SERVER = ClientServerConfig(
-    server_command=[sys.executable, "-m", "redraft.server.cli", "serve", "--dtype", "float32"],
+    server_command=[sys.executable, "-m", "redraft.server.cli", "serve", "--dtype", "float32",
+                    "--models-dir", str(MODELS_DIR)],
     server_env={**os.environ, "OMP_NUM_THREADS": "1"},
 )
 

@@ -172,7 +172,7 @@ async def test_client_that_never_sends_initialized(tiny_model):
 
 async def test_model_that_fails_to_load_keeps_the_old_one(client: LanguageClient, tiny_model):
     n = len(client.messages)
-    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"model": "/nowhere/no-model"}))
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"model": str(tiny_model.parent / "no-model")}))
     await client.wait_for_notification(T.WINDOW_SHOW_MESSAGE)
     assert len(client.messages) == n + 1 and "could not load" in client.messages[n].message
     before = await stats(client)

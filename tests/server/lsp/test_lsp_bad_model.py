@@ -1,12 +1,17 @@
 """Broken checkpoints against the real server: switching `model` to one keeps the model that
 was loaded (or drafts alone, when there was none), says why in one window/showMessage and in
-`redraft/stats` (`model_error`), and completions keep coming."""
+`redraft/stats` (`model_error`), and completions keep coming. Crafted, hostile folders
+(crafted.py: ten million layers, a FIFO for weights, an index pointing out of the folder...)
+are refused the same way, at once, without the server's memory growing."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 import pytest_lsp
@@ -14,6 +19,7 @@ from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 from safetensors.torch import load_file, save_file
 
+import crafted
 from lsp_helpers import SERVER, complete, init_params, open_doc, stats, until_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -58,6 +64,24 @@ BROKEN = {
     "wrong-shape": (_config(intermediate_size=96), "config.json implies"),
     "config-type": (_config(num_hidden_layers="two"), "wrong type"),
 }
+
+
+# crafted.py's cases sent as the `model` setting: each one a class of hostile folder
+CRAFTED = ["layers-10M", "hidden-2^40", "mask-10^12", "eps-nan", "weights-fifo", "config-to-dev-zero",
+           "index-absolute", "index-dotdot", "header-1GiB", "config-claims-more"]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, tiny_model):
+    return crafted.build(tmp_path_factory.mktemp("hostile"), tiny_model, CRAFTED)
+
+
+def _peak_mb(client: LanguageClient) -> float:
+    """The server process's peak resident memory so far."""
+    for line in Path(f"/proc/{client._server.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +146,32 @@ async def test_a_broken_checkpoint_keeps_the_model_and_says_so_once(client: Lang
     assert await _messages_after(client, start, want=2, timeout=0.3) == [message]
 
 
+@pytest.mark.parametrize("name", CRAFTED)
+async def test_a_crafted_folder_is_refused_at_once_and_the_model_keeps_answering(client: LanguageClient, hostile,
+                                                                                 tiny_model, name):
+    start, before, peak = len(client.messages), await stats(client), _peak_mb(client)
+    t0 = time.perf_counter()
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"model": str(hostile[name])}))
+    items = await _complete_new(client, f"crafted-{name}")  # queued behind the refused load
+    waited = time.perf_counter() - t0
+    after = await stats(client)
+    assert items and all(i.insert_text for i in items)  # the model loaded before answered, with text
+    assert after["model"] == "redraft" and after["model_runs"] == before["model_runs"] + 1
+    assert after["errors"] == before["errors"]  # a refusal, not a failure no check foresaw
+    error = after["model_error"]
+    _, _, pattern = crafted.CASES[name]
+    assert error and re.search(pattern, error) and error.endswith("; still serving 'redraft'"), error
+    assert "\n" not in error and "Traceback" not in error
+    (message,) = await _messages_after(client, start)
+    assert message.type == T.MessageType.Error and message.message == f"redraft: {error}"
+    assert waited < 5.0, waited  # the load was refused at once (a FIFO once held the executor for good)
+    assert _peak_mb(client) < peak + 64 and _peak_mb(client) < 1024
+
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"model": str(tiny_model)}))
+    await _complete_new(client, f"crafted-{name}-after")
+    assert (await stats(client))["model_error"] is None
+
+
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def no_model(lsp_client: LanguageClient, broken):
     await lsp_client.initialize_session(init_params(broken["nan-weight"]))
@@ -146,6 +196,38 @@ async def test_without_a_model_drafts_answer_until_a_good_one_loads(no_model: La
     s = await stats(client)
     assert s["model"] == "redraft" and s["model_error"] is None and s["model_runs"] == 1
     assert len(await _messages_after(client, 0, want=2, timeout=0.3)) == 1
+
+
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def fifo_first(lsp_client: LanguageClient, hostile):
+    await lsp_client.initialize_session(init_params(hostile["weights-fifo"]))
+    await until_loaded(lsp_client, timeout=20)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_a_hostile_first_model_leaves_drafts_answering(fifo_first: LanguageClient):
+    """The model the editor starts with is a folder whose weights are a FIFO: the load is refused
+    (it used to wait on the FIFO for good, and every completion behind it); the completion is
+    answered, by the shipped model when its start-up load won the race, else by a draft."""
+    client = fifo_first
+    open_doc(client, URI, TEXT)
+    t0 = time.perf_counter()
+    items = await complete(client, URI, 2, 14)
+    assert time.perf_counter() - t0 < 10.0
+    s = await stats(client)
+    assert s["model_state"] == "failed" and s["model"] in (None, "redraft-diffusion")
+    if s["model"] is None:
+        assert [i.insert_text for i in items] == ["pha, beta)"]  # a draft: the same call earlier in the file
+        assert s["sources"] == {"buffer": 1}
+    else:
+        assert s["model_runs"] == 1 and items and items[0].insert_text
+    assert re.search(r"weights-fifo/model\.safetensors: is a FIFO \(named pipe\), not a regular file; refused "
+                     r"without opening it; (no model is loaded|still serving 'redraft-diffusion')$",
+                     s["model_error"]), s["model_error"]
+    (message,) = await _messages_after(client, 0)
+    assert message.type == T.MessageType.Error and message.message == f"redraft: {s['model_error']}"
+    assert _peak_mb(client) < 1024
 
 
 # -- in process: every failure, foreseen or not, ends in load_error ------------------------

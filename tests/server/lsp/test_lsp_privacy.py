@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_lsp
 from lsprotocol import types as T
-from pytest_lsp import LanguageClient
+from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp_helpers import CAPABILITIES, SERVER, complete, document, open_doc, stats
 
@@ -36,11 +36,14 @@ def root(tmp_path_factory) -> Path:
     return root
 
 
-@pytest_lsp.fixture(config=SERVER, scope="module")
+# Only the command line turns the secret defaults off; the client turns them on, then back off.
+@pytest_lsp.fixture(config=ClientServerConfig([*SERVER.server_command, "--exclude-secrets", "off"],
+                                              server_env=SERVER.server_env),
+                    scope="module")
 async def client(lsp_client: LanguageClient, root: Path):
     await lsp_client.initialize_session(T.InitializeParams(
         capabilities=CAPABILITIES, root_uri=root.as_uri(),
-        initialization_options={"drafts": "only", "exclude": ["private/"]}))
+        initialization_options={"drafts": "only", "exclude": ["private/"], "excludeSecrets": True}))
     yield
     await lsp_client.shutdown_session()
 
@@ -102,3 +105,41 @@ async def test_a_user_glob_keeps_a_custom_file_out(client: LanguageClient, root:
     assert not any("5566" in t for t in await texts(client, (root / "pkg" / "main.py").as_uri(), 'LOCAL_TOKEN = "'))
     assert await document(client, other) == {}
     assert await complete(client, (root / ".env").as_uri(), 0, 3) == []  # the secret defaults still hold
+
+
+# Secret files of common tools, each with a line a completion elsewhere could copy.
+TOOL_SECRETS = [".streamlit/secrets.toml", "infra/prod.tfstate", "infra/terraform.tfstate.backup",
+                "home/.docker/config.json", "home/.kube/config", "keys/deploy.ppk", "home/.vault-token",
+                "home/.aws/credentials", "home/.aws/config", "home/.ssh/config", "keys/AuthKey_AB12.p8",
+                "vpn/office.ovpn", ".git/config", "kubeconfig", "home/.pgpass", "home/.my.cnf",
+                "site/wp-config.php", "home/.config/gcloud/application_default_credentials.json",
+                "home/.azure/accessTokens.json", "home/.dockercfg", ".secrets", ".env.production.local"]
+
+
+def tool_line(i: int) -> tuple[str, str]:
+    return f'TOOL_SECRET_{i} = "', f"tool-secret-{i:02d}-x9"
+
+
+async def test_the_secret_files_of_common_tools_are_never_read(client: LanguageClient, root: Path):
+    main = (root / "pkg" / "main.py").as_uri()
+    uris = [(root / rel).as_uri() for rel in TOOL_SECRETS]
+    before = (await stats(client))["excluded"]
+    for i, uri in enumerate(uris):
+        line, marker = tool_line(i)
+        open_doc(client, uri, f'{line}{marker}"\n', language="plaintext")
+    assert (await stats(client))["excluded"] == before + len(uris)
+    for i, uri in enumerate(uris):
+        line, marker = tool_line(i)
+        assert await document(client, uri) == {}, TOOL_SECRETS[i]  # the server holds none of its text
+        assert await complete(client, uri, 0, len(line)) == [], TOOL_SECRETS[i]  # nothing completed inside it
+        got = await texts(client, main, line)
+        assert not any(marker in t for t in got), (TOOL_SECRETS[i], got)
+    # with the secret defaults off the same completions show each file's text: the path is a live one
+    configure(client, excludeSecrets=False)
+    for i, uri in enumerate(uris):
+        line, marker = tool_line(i)
+        open_doc(client, uri, f'{line}{marker}"\n', language="plaintext", version=2)
+        assert any(marker in t for t in await texts(client, main, line)), TOOL_SECRETS[i]
+    configure(client, excludeSecrets=True)
+    line, marker = tool_line(0)
+    assert not any(marker in t for t in await texts(client, main, line))

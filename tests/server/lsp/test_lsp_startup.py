@@ -2,9 +2,10 @@
 loads (and `redraft/stats` says so), a failed load is told once, and a load superseded by a
 newer one says nothing.
 
-Loads are held deterministically by a real checkpoint folder whose weights file is a named
-pipe: a load blocks reading it until the test opens the pipe's other end, and then fails on
-the empty file.
+Loads are held deterministically by a named pipe beside a real checkpoint folder whose weights
+file is empty: the server runs with its model loads wrapped (`_HELD`) so that a load of that
+folder first opens the pipe, which blocks until the test opens the other end; the load then
+fails on the empty file. (The loader itself refuses a pipe in a model folder unopened.)
 """
 
 from __future__ import annotations
@@ -30,21 +31,50 @@ URI = "file:///work/compute.py"
 
 
 def _gate(tiny_model, folder):
-    """A copy of the tiny model whose model.safetensors is a named pipe: loading it waits for
-    `_release`, then fails (the file is empty)."""
+    """A copy of the tiny model with an empty model.safetensors, and the named pipe `_held`
+    makes its loads wait on (`_pipe`): loading it waits for `_release`, then fails."""
     folder.mkdir()
     for f in tiny_model.iterdir():
-        if f.name != "model.safetensors":
-            shutil.copy(f, folder / f.name)
-    os.mkfifo(folder / "model.safetensors")
+        shutil.copy(f, folder / f.name)
+    (folder / "model.safetensors").write_bytes(b"")
+    os.mkfifo(_pipe(folder))
     return folder
+
+
+def _pipe(folder):
+    return folder.parent / f"{folder.name}.gate"
+
+
+def _held(inference_class, folder):
+    """Make every load of `folder` by `inference_class` open `folder`'s pipe first."""
+    real = inference_class._load_now
+
+    def _load_now(self, key, number):
+        if key[0] and os.path.realpath(key[0]) == os.path.realpath(folder):
+            with open(_pipe(folder), "rb"):  # blocks until the writing end is opened
+                pass
+        return real(self, key, number)
+    inference_class._load_now = _load_now
+
+
+# `redraft serve` with the loads of one folder held (argv: folder, then serve's own arguments)
+_HELD = f"""
+import sys
+from pathlib import Path
+from redraft.server.core.inference import Inference
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+from test_lsp_startup import _held
+_held(Inference, Path(sys.argv[1]))
+from redraft.server.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
 
 
 def _release(folder) -> threading.Thread:
     """Let a load blocked on the pipe go on. In a thread: opening the writing end waits for
     the reader."""
     def run():
-        with open(folder / "model.safetensors", "wb"):
+        with open(_pipe(folder), "wb"):
             pass
     t = threading.Thread(target=run, daemon=True)  # never keeps the tests waiting at exit
     t.start()
@@ -65,7 +95,9 @@ async def _until(client, pred, timeout: float = 60.0) -> dict:
 async def gated(tmp_path, tiny_model):
     """A server started with `--model` a gated folder (its load waits until released)."""
     gate = _gate(tiny_model, tmp_path / "gated")
-    config = ClientServerConfig(server_command=[*SERVER.server_command, "--model", str(gate)],
+    assert SERVER.server_command[1:3] == ["-m", "redraft.server.cli"]
+    config = ClientServerConfig(server_command=[sys.executable, "-c", _HELD, str(gate), *SERVER.server_command[3:],
+                                                "--model", str(gate)],
                                 server_env=SERVER.server_env)
     client = await config.start()
     try:
@@ -169,15 +201,17 @@ async def _reader_waiting(fifo) -> int:
 
 
 @pytest.mark.asyncio
-async def test_a_load_superseded_while_it_runs_says_nothing(tmp_path, tiny_model):
+async def test_a_load_superseded_while_it_runs_says_nothing(tmp_path, tiny_model, monkeypatch):
     from redraft.server.core.inference import Inference
     gate = _gate(tiny_model, tmp_path / "gated")
+    monkeypatch.setattr(Inference, "_load_now", Inference._load_now)  # put back after the test
+    _held(Inference, gate)
     inf = Inference()
     try:
         first = inf.load(str(gate), "cpu", "float32")
         assert inf.load(str(gate), "cpu", "float32") is first  # asked again: the same load
         assert inf.starting and inf.state == "loading"
-        writer = await _reader_waiting(gate / "model.safetensors")
+        writer = await _reader_waiting(_pipe(gate))
         second = inf.load(str(tiny_model), "cpu", "float32")  # while the first one runs
         os.close(writer)  # the first load reads an empty file and fails
         assert await asyncio.wrap_future(first) is None  # superseded: nothing to tell

@@ -22,7 +22,7 @@ from remote_helpers import CURSOR, DRAFT, TEXT
     (["--engine-timeout", "3"], "--engine-timeout applies to a remote engine"),
     (["--engine-url", "http://127.0.0.1:9", "--engine-timeout", "0"], "--engine-timeout needs seconds"),
     (["--engine-url", "ftp://box"], "must be an http:// or https:// URL"),
-    (["--token", "t"], "--host and --token apply to the HTTP API"),
+    (["--token", "t"], "--token and --token-file apply to the HTTP API"),
 ])
 def test_bad_engine_options_are_usage_errors(capsys, argv, says):
     assert main(["serve", *argv]) == EXIT_USAGE
@@ -38,7 +38,7 @@ def _free_port() -> int:
 def test_the_http_api_answers_from_drafts_while_its_engine_is_away():
     port, dead = _free_port(), _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "redraft.server.cli", "serve", "--http", str(port),
-                             "--engine-url", f"http://127.0.0.1:{dead}", "--engine-timeout", "2"],
+                             "--engine-url", f"http://127.0.0.1:{dead}", "--engine-timeout", "2", "--engine-routes"],
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

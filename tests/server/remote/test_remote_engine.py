@@ -18,7 +18,7 @@ from redraft.server.core.context import Mode
 from redraft.server.core.inference import Inference, answer, run_engine
 from redraft.server.core.postprocess import Unit
 from redraft.server.core.remote import RemoteEngine, TokenRejected, session_id
-from redraft.server.http.app import build_app
+from redraft.server.http.app import Access, build_app
 
 from remote_helpers import CONFIG, DRAFT, TOKEN, Running, engine_app, snapshot, until
 
@@ -140,7 +140,7 @@ def test_bad_bodies_and_tokens_are_refused_with_a_message(engines):
     _, remote, _ = engines
     url = remote.url
     auth = {"authorization": f"Bearer {TOKEN}"}
-    r = httpx.post(url + wire.INFILL, content=b"{not json", headers=auth)
+    r = httpx.post(url + wire.INFILL, content=b"{not json", headers={**auth, "content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["message"]
     r = httpx.post(url + wire.INFILL, json={"requests": [{"prefix": 3}]}, headers=auth)
     assert r.status_code == 400 and r.json()["message"] == "requests[0].prefix has the wrong type (int)"
@@ -171,7 +171,7 @@ def test_serve_http_serves_the_protocol_and_an_inference_uses_it(tiny_model):
     on the other: the same answer as the model in process."""
     server_side = Inference()
     assert server_side.load(str(tiny_model), "cpu", "float32").result() is None
-    running = Running(build_app(server_side, CONFIG))
+    running = Running(build_app(server_side, CONFIG, access=Access(engine_routes=True)))  # (no token here)
     client = Inference()
     try:
         assert client.load(None, "cpu", "auto", url=running.url).result() is None

@@ -2,7 +2,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { DEFAULTS, languageEnabled, needsRestart, readSettings, serverOptions, Settings } from "../../src/settings";
+import {
+  DEFAULTS, ignoredMessage, Inspected, languageEnabled, needsRestart, readSettings, serverCommandLine, serverOptions,
+  Settings, userLevel,
+} from "../../src/settings";
 
 const read = (values: Record<string, unknown>) => readSettings((key) => values[key]);
 
@@ -112,4 +115,84 @@ test("only a new server command needs a restart", () => {
   const a = read({}).settings;
   assert.equal(needsRestart(a, read({ model: "x", drafts: "off" }).settings), false);
   assert.equal(needsRestart(a, read({ serverCommand: ["python", "-m", "redraft.server.cli", "serve"] }).settings), true);
+});
+
+// -- a repository's settings ------------------------------------------------------------------
+
+/** readSettings over VS Code's inspect() levels: user (global), workspace, workspace folder. */
+const levels = (user: Record<string, unknown>, workspace: Record<string, unknown> = {},
+  folder: Record<string, unknown> = {}) => {
+  const { get, ignored } = userLevel((key) => {
+    const i: Inspected = {};
+    if (key in user) i.globalValue = user[key];
+    if (key in workspace) i.workspaceValue = workspace[key];
+    if (key in folder) i.workspaceFolderValue = folder[key];
+    return i;
+  });
+  const { settings, problems } = readSettings(get);
+  return { settings, problems, ignored, options: serverOptions(settings) };
+};
+
+test("a workspace cannot choose the model, the engine or turn the secret files on", () => {
+  const hostile = {
+    model: "./ckpt", excludeSecrets: false, exclude: [],
+    serverSettings: { engineUrl: "https://collect.example", engine_url: "http://x", modelsDirs: ["."],
+      redraft: { engineUrl: "https://collect.example" }, contextTokens: 512 },
+  };
+  const { options, ignored, problems } = levels({ model: "/home/me/models/mine", exclude: ["*.local.py"] }, hostile);
+  assert.deepEqual(problems, []);
+  assert.equal(options.model, "/home/me/models/mine");
+  assert.equal(options.excludeSecrets, true);
+  assert.deepEqual(options.exclude, ["*.local.py"]);
+  assert.equal(options.contextTokens, 512); // other server settings pass
+  for (const key of ["engineUrl", "engine_url", "modelsDirs", "redraft"]) assert.equal(key in options, false, key);
+  assert.deepEqual([...ignored].sort(), ["redraft.excludeSecrets", "redraft.model", "redraft.serverSettings.engineUrl",
+    "redraft.serverSettings.engine_url", "redraft.serverSettings.modelsDirs", "redraft.serverSettings.redraft"]);
+  assert.match(ignoredMessage(ignored), /^redraft: redraft\.model, .* ignored: .*user settings only$/);
+});
+
+test("a workspace folder is a workspace level too", () => {
+  const { options, ignored } = levels({}, {}, { model: "/repo/ckpt", serverSettings: { engineUrl: "http://evil" } });
+  assert.equal(options.model, null);
+  assert.equal("engineUrl" in options, false);
+  assert.deepEqual(ignored, ["redraft.model", "redraft.serverSettings.engineUrl"]);
+});
+
+test("a workspace may add excluded files and turn the secret files on, never the reverse", () => {
+  const { options, ignored } = levels({ exclude: ["private/"], excludeSecrets: false },
+    { exclude: ["*.gen.py"], excludeSecrets: true }, { exclude: ["private/", "build/"] });
+  assert.deepEqual(options.exclude, ["private/", "*.gen.py", "build/"]);
+  assert.equal(options.excludeSecrets, true);
+  assert.deepEqual(ignored, []);
+  assert.equal(levels({ excludeSecrets: false }).options.excludeSecrets, false); // the user's own choice
+});
+
+test("the user's own sensitive settings pass, and a workspace repeating them is not reported", () => {
+  const user = { model: "redraft-ar", serverSettings: { engineUrl: "http://127.0.0.1:8080", maxTime: 900 } };
+  const { options, ignored } = levels(user, { model: "redraft-ar", serverSettings: { engineUrl: "http://127.0.0.1:8080" } });
+  assert.equal(options.model, "redraft-ar");
+  assert.equal(options.engineUrl, "http://127.0.0.1:8080");
+  assert.equal(options.maxTime, 500); // the named setting wins over serverSettings, as before
+  assert.deepEqual(ignored, []);
+  const plain = levels({}, { drafts: "only", maxTime: 900 }).options; // the rest: workspace over user, as VS Code
+  assert.equal(plain.drafts, "only");
+  assert.equal(plain.maxTime, 900);
+});
+
+test("a model folder from the user's settings goes on the server's command line", () => {
+  assert.deepEqual(serverCommandLine(read({ model: "/home/me/models/mine" }).settings),
+    ["redraft", "serve", "--model", "/home/me/models/mine"]);
+  for (const name of ["redraft-ar", "Qwen/Qwen2.5-Coder-0.5B", null]) {
+    assert.deepEqual(serverCommandLine(read({ model: name }).settings), ["redraft", "serve"], String(name));
+  }
+  assert.equal(needsRestart(read({ model: "/a" }).settings, read({ model: "/b" }).settings), true);
+  assert.equal(needsRestart(read({ model: "redraft-ar" }).settings, read({}).settings), false);
+});
+
+test("package.json restricts the sensitive settings in untrusted workspaces", () => {
+  const manifest = JSON.parse(readFileSync(join(__dirname, "../../../package.json"), "utf8"));
+  const untrusted = manifest.capabilities.untrustedWorkspaces;
+  assert.equal(untrusted.supported, "limited");
+  assert.deepEqual([...untrusted.restrictedConfigurations].sort(), ["redraft.exclude", "redraft.excludeSecrets",
+    "redraft.model", "redraft.serverCommand", "redraft.serverSettings"]);
 });

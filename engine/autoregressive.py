@@ -6,6 +6,12 @@ an earlier request's keys/values where they match), then one forward per token, 
 request's cache model (cachemodel.py) mixed into each token's distribution. Rows of a
 batch advance in lockstep; a row stops at an end token, at its length, or when `stop`
 says its unit is complete.
+
+Given `sources` (what each request's drafts come from), greedy decoding verifies drafted
+tokens several at a time instead (prompt-lookup speculative decoding, speculative.py): the
+same tokens in fewer forwards. With a temperature it decodes token by token, as below
+(keeping the sampled distribution exact would need speculative sampling's rejection rule,
+which is not implemented); so does a model with int8 linears (the engine passes no sources).
 """
 
 from __future__ import annotations
@@ -23,15 +29,24 @@ from .errors import Cancelled
 from .model import DiffusionLM
 from .picks import choose
 from .sampler import Denoised
+from .speculative import LookupSource, decode_lookup
 
 
 def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: torch.Tensor, pad_id: int,
            banned: list[int], first_allowed: dict[int, torch.Tensor], owners: list[int],
            vocab_limit: int | None = None, reuse: ContextCache | None = None, cancel=None,
            stop: Callable[[int, list[int]], bool] | None = None,
-           on_step: Callable[[int, Batch, torch.Tensor, torch.Tensor], None] | None = None,
-           caches: dict[int, CacheModel] | None = None) -> Denoised:
+           on_step: Callable[[int, Batch, torch.Tensor, torch.Tensor, list[int]], None] | None = None,
+           caches: dict[int, CacheModel] | None = None,
+           sources: dict[int, LookupSource] | None = None) -> Denoised:
+    """Decode every row's span. `on_step(step, batch, x, done, counts)` sees the span so far
+    after every forward (`counts`: tokens each row has committed); `sources` (request -> what
+    its drafts come from) turns on lookup decoding when `scfg.lookup` and greedy."""
     assert batch.span_at == 1, "causal decoding feeds the token before the span first"
+    if sources is not None and scfg.lookup and scfg.temperature == 0:
+        return decode_lookup(model, batch, scfg, sources=sources, end_ids=end_ids, pad_id=pad_id, banned=banned,
+                             first_allowed=first_allowed, owners=owners, vocab_limit=vocab_limit, reuse=reuse,
+                             cancel=cancel, stop=stop, on_step=on_step, caches=caches)
     gen = torch.Generator(device="cpu").manual_seed(scfg.seed) if scfg.temperature > 0 else None
     t0 = time.perf_counter()
     kv, reused = encode_context(model, batch, reuse, extra=batch.A)
@@ -74,7 +89,7 @@ def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: to
                 if not done[b] and stop(b, x[b, 1:t + 2].tolist()):
                     done[b] = True
         if on_step is not None:
-            on_step(steps, batch, x[:, : t + 2], done)
+            on_step(steps, batch, x[:, : t + 2], done, [t + 1] * B)
         if bool(done.all()):
             x[:, t + 2:] = pad_id
             break

@@ -18,6 +18,7 @@ from typing import Callable, Generator
 import torch
 
 from .autoregressive import decode
+from .blockwise import decode_blocks
 from .batch import Batch, make_batch
 from .cache import ContextCache, ContextStore
 from .cachemodel import CacheModel, Lookup
@@ -31,6 +32,7 @@ from .ragged import Forward, run_together
 from .request import EngineInfo, InfillRequest, _Prepared, _Run
 from .result import Completion, Preview, Stats
 from .sampler import Denoised, Denoiser, drain
+from .speculative import LookupSource
 from .step import StepGraphs
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
@@ -200,7 +202,7 @@ class Engine:
                    self._cache_models(requests, prepared))
         self._reuse(run, requests, cache_key)
         if self.model_config.is_causal:
-            out, alive = self._decode(batch, run)
+            out, alive = self._decode(batch, run, requests)
         else:
             out, alive = yield from self._denoise(batch, run)
         self._record_reuse(run, out)
@@ -258,22 +260,38 @@ class Engine:
                 owners.append(i)
                 sources.append(-1)
             if self.model_config.is_causal:
-                continue  # causal models decode left to right: a draft has nothing to seed
+                continue  # causal models decode left to right: drafts are verified there (_decode)
             for d, ids in enumerate(self._draft_ids(r.drafts, p, scfg)):
                 rows.append(seed_row(build_row(self.model_config, p.prefix, p.suffix, p.extra, len(ids)), ids))
                 owners.append(i)
                 sources.append(d)
         return rows, owners, sources
 
-    def _decode(self, batch: Batch, run: "_Run") -> tuple[Denoised, list[int]]:
-        """Causal models: token by token. Returns the output and the request of each row."""
+    def _decode(self, batch: Batch, run: "_Run", requests: list[InfillRequest]) -> tuple[Denoised, list[int]]:
+        """Causal models: left to right, greedy decoding verifying the requests' drafts and
+        prompt-lookup drafts several tokens a forward (SamplerConfig.lookup, speculative.py).
+        Returns the output and the request of each row."""
         rule, on_preview, owners, prepared = run.stop_rule(), run.on_preview, run.owners, run.prepared
         stop = None if rule is None else (lambda b, ids: rule(owners[b], self._text(ids, prepared[owners[b]])))
+        on_step = None if on_preview is None else \
+            (lambda step, b, x, done, counts: self._emit_ar(step, b, x, done, counts, owners, prepared, on_preview))
+        if self.model_config.is_blockwise:  # several tokens a forward, by the model's own blocks
+            out = decode_blocks(self.model, batch, run.scfg, block=self.model_config.block_size,
+                                mask_id=self.model_config.mask_token_id, end_ids=self._end_ids, pad_id=self._pad_id,
+                                banned=self._banned, first_allowed=run.first_allowed, owners=owners,
+                                vocab_limit=self._vocab_limit, reuse=run.reuse, cancel=run.cancel, stop=stop,
+                                on_step=on_step, caches=run.caches)
+            return out, owners
+        sources = None
+        # Only where verifying a block gives each token what a one-token forward gives it: int8
+        # linears quantize a call's activations over the whole block (int8.py), so there a
+        # block's tokens could differ from token-by-token decoding: int8 decodes token by token.
+        if run.scfg.lookup and run.scfg.temperature == 0 and not self.model.int8:
+            sources = {i: LookupSource(self._draft_ids(r.drafts, p, run.scfg), p.prefix, [p.extra, p.suffix])
+                       for i, (r, p) in enumerate(zip(requests, prepared))}
         out = decode(self.model, batch, run.scfg, end_ids=self._end_ids, pad_id=self._pad_id, banned=self._banned,
                      first_allowed=run.first_allowed, owners=owners, vocab_limit=self._vocab_limit, reuse=run.reuse,
-                     cancel=run.cancel, caches=run.caches, stop=stop,
-                     on_step=None if on_preview is None else
-                     (lambda step, b, x, done: self._emit_ar(step, b, x, done, owners, prepared, on_preview)))
+                     cancel=run.cancel, caches=run.caches, stop=stop, sources=sources, on_step=on_step)
         return out, owners
 
     def _denoise(self, batch: Batch, run: "_Run") -> Generator[Forward | None, None, tuple[Denoised, list[int]]]:
@@ -444,8 +462,8 @@ class Engine:
                 ids.append(t)
             on_preview(Preview(req, step, self._text(ids, prepared[req]), int(masked[r].sum())))
 
-    def _emit_ar(self, step, batch, x, done, owners, prepared, on_preview) -> None:
+    def _emit_ar(self, step, batch, x, done, counts, owners, prepared, on_preview) -> None:
         for r, req in enumerate(owners):
-            ids, _ = self._span(x[r], x[r].float(), x.shape[1] - 1, 1)
-            masked = 0 if done[r] else batch.rows[r].length - step
+            ids, _ = self._span(x[r], x[r].float(), counts[r], 1)
+            masked = 0 if done[r] else batch.rows[r].length - counts[r]
             on_preview(Preview(req, step, self._text(ids, prepared[req]), masked))

@@ -64,6 +64,8 @@ def _write_state(folder: Path, model, opt, step: int, log: list, meta: dict, tok
     cfg = model_config(meta["shape"], _tok(tok_dir), causal=meta["objective"] == "ar")
     if meta["objective"] != "ar":
         cfg["attention_pattern"] = meta.get("attention", "context_causal")
+        if cfg["attention_pattern"] == "block_causal":  # the block the rows were cut in is the one served
+            cfg["redraft_block_size"] = int(meta["block_size"])
     save_checkpoint(model, folder, cfg, dtype=torch.float32)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tok_dir / name, folder / name)

@@ -44,6 +44,7 @@ from .corpus import read_split
 from .state import _tok, load_state, restore_state, save_state
 from .examples import copy_example, encode_example, sample_example
 from .ship import warm_start_history
+from .blockrows import block_rows
 from .recipe import block_pattern, build_optimizers, certainty_penalty, corrupt_span, seq_at, share_at
 from ..prompt import END, MASK, SPECIAL_TOKENS
 
@@ -68,7 +69,7 @@ class Rows:
     def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool, context_ar: bool = False,
                  *, copy_share: float = 0.0, copy_anneal: int = 0, edit_share: float = DRAFT_SHARE,
                  edit_rate: float = 0.3, block_share: float = 0.0, block_size: int = 2, seq_warmup: int = 0,
-                 mix: dict[str, float] | None = None):
+                 mix: dict[str, float] | None = None, block_causal: int = 0):
         docs = [d for d in docs if len(d["text"]) > 200]
         self.docs = [d["text"] for d in docs]
         weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
@@ -81,6 +82,7 @@ class Rows:
         self.copy_share, self.copy_anneal, self.seq_warmup = copy_share, copy_anneal, seq_warmup
         self.edit_share, self.edit_rate = edit_share, edit_rate
         self.block_share, self.block_size = block_share, block_size
+        self.block_causal = block_causal  # > 0: two-stream block-causal rows, blocks of this many (blockrows.py)
         self.end = tok.token_to_id(END)
         self.mask = tok.token_to_id(MASK)
         self.special = {tok.token_to_id(t) for t in SPECIAL_TOKENS}
@@ -102,7 +104,10 @@ class Rows:
             ex = pick(text, rng)
             if ex is None or not ex.middle.strip():
                 continue
-            rows.append(encode_example(ex, self.tok, T, rng, pad_span=self.diffusion))
+            rows.append(encode_example(ex, self.tok, T, rng, pad_span=self.diffusion and not self.block_causal))
+        if self.diffusion and self.block_causal:
+            return block_rows(rows, self.B, self.block_causal, self.mask, self.end, rng, edit_share=self.edit_share,
+                              edit_rate=self.edit_rate, special=frozenset(self.special))
         return self._diffusion(rows, rng, T) if self.diffusion else self._ar(rows, T)
 
     def _ar(self, rows, T: int) -> dict:
@@ -172,8 +177,10 @@ def loss_of(model: DiffusionLM, batch: dict, stats: dict | None = None) -> torch
     """The batch's loss; with `stats`, also masked-position accuracy and the share right and ≥ 90% sure."""
     ids = batch["ids"]
     B, T = ids.shape
-    pos = torch.arange(T).expand(B, T)
-    mask = None if batch["causal"] else span_mask(batch["ctx"], batch["stop"], T, batch.get("full", False))
+    pos = batch["pos"] if "pos" in batch else torch.arange(T).expand(B, T)
+    mask = batch.get("mask")  # an explicit pattern (block-causal rows)
+    if mask is None and not batch["causal"]:
+        mask = span_mask(batch["ctx"], batch["stop"], T, batch.get("full", False))
     hidden = model(ids, pos, causal=batch["causal"], mask=mask)
     loss = _weighted_ce(model, hidden, batch["target"], batch["weight"], batch.get("masked"),
                         batch.get("certainty", 0.0), stats)
@@ -236,9 +243,10 @@ def shape_for(tok, overrides: dict | None = None) -> dict:
     return shape
 
 
-def build_model(objective: str, tok, shape: dict, attention: str = "context_causal") -> DiffusionLM:
+def build_model(objective: str, tok, shape: dict, attention: str = "context_causal", block_size: int = 0) -> DiffusionLM:
+    block = objective != "ar" and attention == "block_causal"
     cfg = ModelConfig(**shape, tie_word_embeddings=True, family="redraft", shifted=True,
-                      attention="causal" if objective == "ar" else attention,
+                      attention="causal" if objective == "ar" else attention, block_size=block_size if block else 0,
                       mask_token_id=tok.token_to_id(MASK), pad_token_id=tok.token_to_id(END),
                       end_token_ids=(tok.token_to_id(END),))
     model = DiffusionLM(cfg)
@@ -340,7 +348,7 @@ def train(args) -> Path:
 
 def start_model(args, tok, shape: dict) -> DiffusionLM:
     """The model to train: fresh, or the --init checkpoint's weights."""
-    model = build_model(args.objective, tok, shape, args.attention)
+    model = build_model(args.objective, tok, shape, args.attention, args.block_size)
     if args.init:
         model.load_state_dict(load_file(str(Path(args.init) / "model.safetensors")), strict=False)
     return model.train()
@@ -364,15 +372,20 @@ def data(args, tok) -> tuple[Rows, list[dict]]:
     corpus = Path(args.corpus)
     if args.context_ar and (not diffusion or args.attention != "context_causal"):
         raise SystemExit("--context-ar needs --objective diffusion with --attention context_causal")
+    blocks = args.block_size if diffusion and args.attention == "block_causal" else 0
     recipe = dict(copy_share=args.copy_share, copy_anneal=int(args.copy_anneal * args.steps),
                   edit_share=args.edit_share, edit_rate=args.edit_rate, block_share=args.block_share,
                   block_size=args.block_size, seq_warmup=args.seq_warmup)
     mix = json.loads(args.mix) if args.mix else None
     rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar,
-                mix=mix, **recipe)
+                mix=mix, block_causal=blocks, **recipe)
     # Validation loss without the context term, so runs with and without it compare.
-    valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion, mix=mix)
-    return rows, [dict(valid.batch(10_000_000 + i), full=args.attention == "full") for i in range(args.valid_batches)]
+    valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion, mix=mix,
+                 block_causal=blocks)
+    batches = [dict(valid.batch(10_000_000 + i), full=args.attention == "full") for i in range(args.valid_batches)]
+    for b in batches if blocks else ():
+        b["ar_weight"] = torch.zeros_like(b["ar_weight"])  # the span's loss alone, as above
+    return rows, batches
 
 
 def train_step(model: DiffusionLM, opt, batch: dict, stats: dict | None = None, bf16: bool = True) -> float:
@@ -445,8 +458,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--save-every", type=int, default=200)
     ap.add_argument("--snapshot-at", type=int, nargs="*", default=[])
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--attention", choices=["context_causal", "full"], default="context_causal",
-                    help="diffusion only: how the context attends (the span always sees everything)")
+    ap.add_argument("--attention", choices=["context_causal", "full", "block_causal"], default="context_causal",
+                    help="diffusion only: how the context attends (the span always sees everything); block_causal: "
+                         "the span in blocks of --block-size, finished blocks cached as the context (blockrows.py)")
     ap.add_argument("--context-ar", action="store_true",
                     help="diffusion with context_causal attention: also a next-token loss on the context")
     ap.add_argument("--until", type=int, default=0, help="stop after this step (resume later with --resume)")

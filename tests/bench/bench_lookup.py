@@ -1,0 +1,160 @@
+"""Lookup decoding of the autoregressive twin: the same output in fewer forwards?
+
+    python tests/bench/bench_lookup.py [--model redraft-ar] [--dtype float32] [--files server]
+                                       [--limit 40] [--kinds next_line,block] [--tokens 8] [--ngram 3]
+                                       [--cache] [--threads 1] [--repeats 1] [--out FILE.json]
+
+Cursors at line starts of real files (by default this repository's own Python sources under
+server/, code the shipped models are unlikely to have seen), drawn as `redraft eval infill` draws them
+(next_line: the line at the cursor; block: a block's body). Each request is the server's engine
+call: the server's windows, its drafts from the same document (post-processed as the server
+seeds them), its unit-end stop, its sampler settings, a cold context cache. It runs twice, with
+lookup decoding off (token by token) and on (SamplerConfig.lookup), in alternating order (each
+`--repeats` times, the fastest counting: on a shared machine). Reported per kind and overall:
+requests, identical outputs, median generate ms of each and their ratio (off / on), mean
+forwards, tokens per forward (span tokens over forwards), drafted tokens accepted per request,
+and how many requests had a server draft. Prints one JSON object. Timings are this
+machine's (the host kind is named in the output: `avx512_bf16` present or AVX2-only); quote
+medians and the ratio from one run.
+
+The dtype defaults to float32, not the engine's `auto`: on an AVX2-only CPU `auto` picks int8
+linears, which decode token by token whatever the setting (their activations are quantized
+over a whole block, so verifying one would not be exact), and both columns would be the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from redraft.engine import Engine
+from redraft.server.core import context, postprocess
+from redraft.server.core.context import Mode, own_drafts
+from redraft.server.core.drafts import DraftIndex
+from redraft.server.core.pipeline import document_windows, fill, model_view, usable_drafts
+from redraft.server.core.settings import ServerConfig
+from redraft.server.eval.infill import URI, snapshot
+from redraft.server.eval.samples import draw, load_sources
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def host() -> dict:
+    flags = ""
+    try:
+        flags = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        pass
+    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("Model name")), "")
+    return {"cpu": name, "avx512_bf16": "avx512_bf16" in flags,
+            "kind": "AVX512-BF16" if "avx512_bf16" in flags else "AVX2-only", "threads": torch.get_num_threads()}
+
+
+def request(engine: Engine, src, sample, config: ServerConfig, lookup: bool):
+    """The server's engine call for one sample (pipeline.run_engine's, without post-processing);
+    None where the server would not run the model (prose, no unit)."""
+    snap, doc = snapshot(src, sample, config)
+    snap = own_drafts(snap, doc, config, DraftIndex(doc.lines))
+    if snap.mode is Mode.NONE or snap.in_prose:
+        return None, 0
+    span_max = max(snap.config.line_tokens, snap.config.block_tokens)
+    ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
+    drafts = usable_drafts(snap, document_windows(snap))
+    engine.forget(URI)  # cold: both runs encode the whole context
+    sampler = engine.sampler.with_(lookup=lookup)
+    out = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], None, sampler=sampler,
+               stop=postprocess.Unit.of(snap))
+    return out, len(drafts)
+
+
+def summary(rows: list[dict]) -> dict:
+    if not rows:
+        return {"n": 0}
+    off = [r["off"] for r in rows]
+    on = [r["on"] for r in rows]
+    med_off = statistics.median(r["generate_ms"] for r in off)
+    med_on = statistics.median(r["generate_ms"] for r in on)
+
+    def tpf(side):
+        f = sum(r["forwards"] for r in side)
+        return round(sum(r["span_tokens"] for r in side) / f, 3) if f else None
+
+    return {
+        "n": len(rows),
+        "identical": sum(r["identical"] for r in rows),
+        "with_drafts": sum(r["drafts"] > 0 for r in rows),
+        "generate_ms_median": {"off": round(med_off, 3), "on": round(med_on, 3)},
+        "ratio_off_over_on": round(med_off / med_on, 2) if med_on else None,
+        "forwards_mean": {"off": round(statistics.mean(r["forwards"] for r in off), 2),
+                          "on": round(statistics.mean(r["forwards"] for r in on), 2)},
+        "tokens_per_forward": {"off": tpf(off), "on": tpf(on)},
+        "accepted_per_request": round(statistics.mean(r["draft_kept"] for r in on), 2),
+        "encode_ms_median": round(statistics.median(r["encode_ms"] for r in on + off), 3),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="redraft-ar")
+    ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 | auto | int8 (int8: no lookup decoding)")
+    ap.add_argument("--files", type=Path, default=ROOT / "server")
+    ap.add_argument("--limit", type=int, default=40, help="samples per kind")
+    ap.add_argument("--kinds", default="next_line,block")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokens", type=int, default=None, help="SamplerConfig.lookup_tokens (default: the engine's)")
+    ap.add_argument("--ngram", type=int, default=None, help="SamplerConfig.lookup_ngram (default: the engine's)")
+    ap.add_argument("--cache", action="store_true", help="mix the cache model in as well (the server's `cache`)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each request per setting; the fastest counts")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    engine = Engine.load(args.model, dtype=args.dtype)
+    changes = {k: v for k, v in (("lookup_tokens", args.tokens), ("lookup_ngram", args.ngram)) if v is not None}
+    engine.with_sampler(**changes)
+    if not engine.model_config.is_causal:
+        print(f"{args.model} is not a causal model: lookup decoding is the twin's", file=sys.stderr)
+        return 2
+    sources, _ = load_sources(args.files)
+    config = ServerConfig(cache=args.cache)
+    kinds = [k for k in args.kinds.split(",") if k]
+    samples = [(k, s) for k in kinds for s in draw(sources, k, args.limit, args.seed)]
+    request(engine, sources[samples[0][1].file], samples[0][1], config, True)  # warm-up, not counted
+    rows: dict[str, list[dict]] = {k: [] for k in kinds}
+    for n, (kind, s) in enumerate(samples):
+        got = {}
+        for _ in range(args.repeats):
+            for lookup in ((False, True) if n % 2 == 0 else (True, False)):
+                out, drafts = request(engine, sources[s.file], s, config, lookup)
+                if out is not None and lookup in got:  # the fastest of the repeats (same tokens, same forwards)
+                    out.stats.generate_ms = min(out.stats.generate_ms, got[lookup].stats.generate_ms)
+                    out.stats.encode_ms = min(out.stats.encode_ms, got[lookup].stats.encode_ms)
+                got[lookup] = out
+        if got[True] is None:
+            continue
+        a, b = got[False], got[True]
+        rows[kind].append({"identical": a.token_ids == b.token_ids, "drafts": drafts,
+                           "off": {k: getattr(a.stats, k) for k in ("generate_ms", "encode_ms", "forwards",
+                                                                    "span_tokens", "draft_kept")},
+                           "on": {k: getattr(b.stats, k) for k in ("generate_ms", "encode_ms", "forwards",
+                                                                   "span_tokens", "draft_kept")}})
+    result = {"model": args.model, "dtype": engine.info().dtype, "files": str(args.files), "sources": len(sources),
+              "seed": args.seed, "cache": args.cache, "lookup_tokens": engine.sampler.lookup_tokens,
+              "lookup_ngram": engine.sampler.lookup_ngram, "repeats": args.repeats, "host": host(),
+              "kinds": {k: summary(r) for k, r in rows.items()},
+              "all": summary([r for rs in rows.values() for r in rs])}
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,8 +8,9 @@ blocks of b. A block opens with its first input committed (the token before the 
 last token the block before it committed) and the rest masked; each forward runs the open
 block's b positions against the cached keys/values, attending to each other both ways, and
 position j's output predicts input j + 1. Every masked target whose probability clears the
-threshold is committed (at least the most likely one), so a forward commits one token or
-more. An end token is committed only once every position before it is: the text ends there.
+threshold is committed, and at least the leftmost open one (its whole left context is known,
+as in the clean stream; the most likely one instead, as Fast-dLLM v2 commits, wrote runs of
+garbage with the first, little-trained checkpoint), so a forward commits one token or more. An end token is committed only once every position before it is: the text ends there.
 
 A finished block joins the keys/values as the clean stream holds it in training: its b clean
 inputs, causally. That costs no forward of its own: it rides in front of the next block's
@@ -17,8 +18,7 @@ first step (one forward of 2b positions, an explicit mask saying who sees whom).
 
 Greedy only (a temperature picks a token by sampling but commits by the same rule), batch rows
 in lockstep (a row that finished its block waits for the others). With a threshold of 1 it
-commits one token a forward, the leftmost: then it is plain greedy decoding of the clean stream
-with b-token blocks of context seen both ways, not the twin's.
+commits one token a forward, the leftmost.
 
 Shapes: B rows, b block, W span inputs rounded up to whole blocks, V vocabulary.
 """
@@ -160,19 +160,18 @@ def _mix(logits, caches, owners, x, committed, open_, s) -> None:
 def _commits(open_: torch.Tensor, score: torch.Tensor, tok: torch.Tensor, ends: torch.Tensor,
              threshold: float) -> torch.Tensor:
     """Which open positions commit this step: those scoring at least `threshold`, at least the
-    best one of each row with any open; an end token only where no position before it stays
+    leftmost open one of each row with any open; an end token only where no position before it stays
     open (the text ends there)."""
     score = score.masked_fill(~open_, -1.0)
     take = open_ & (score >= threshold)
-    best = score.argmax(1)
+    first = open_.int().argmax(1)
     none = open_.any(1) & ~take.any(1)
-    take[none, best[none]] = True
+    take[none, first[none]] = True
     is_end = torch.isin(tok, ends)
     left_open = (open_ & ~take).int().cumsum(1) - (open_ & ~take).int()  # open, untaken positions before j
     bad_end = take & is_end & (left_open > 0)
     if bool(bad_end.any()):
         take &= ~bad_end
-        first = open_.int().argmax(1)  # a row left with nothing takes its leftmost open position
         empty = open_.any(1) & ~take.any(1)
         take[empty, first[empty]] = True
     return take

@@ -67,16 +67,17 @@ def test_each_cached_step_gives_the_logits_of_the_whole_sequence(tiny_corpus, th
         torch.testing.assert_close(served, whole, rtol=1e-4, atol=1e-4)
 
 
-def test_the_commit_rule(tiny_corpus):
+def test_the_commit_rule():
     open_ = torch.tensor([[True, True, True, True]])
     tok = torch.tensor([[5, 6, 0, 7]])  # 0: the end token
     ends = torch.tensor([0])
     # above the threshold: all of them (the end token too: nothing before it stays open)
     assert _commits(open_, torch.tensor([[0.95, 0.99, 0.97, 0.2]]), tok, ends, 0.9).tolist() == [[1, 1, 1, 0]]
-    # nothing above it: the single best
-    assert _commits(open_, torch.tensor([[0.3, 0.6, 0.1, 0.2]]), tok, ends, 0.9).tolist() == [[0, 1, 0, 0]]
-    # an end token with an open position before it waits (and the row still commits one)
-    assert _commits(open_, torch.tensor([[0.3, 0.2, 0.99, 0.1]]), tok, ends, 0.9).tolist() == [[1, 0, 0, 0]]
+    # nothing above it: the leftmost (its whole left context is known)
+    assert _commits(open_, torch.tensor([[0.3, 0.6, 0.1, 0.2]]), tok, ends, 0.9).tolist() == [[1, 0, 0, 0]]
+    # an end token with an open position before it waits
+    assert _commits(open_, torch.tensor([[0.95, 0.2, 0.99, 0.1]]), tok, ends, 0.9).tolist() == [[1, 0, 0, 0]]
+    assert _commits(open_, torch.tensor([[0.95, 0.97, 0.99, 0.1]]), tok, ends, 0.9).tolist() == [[1, 1, 1, 0]]
     # positions already committed are not open
     part = torch.tensor([[False, True, True, False]])
     assert _commits(part, torch.tensor([[0.99, 0.95, 0.2, 0.99]]), tok, ends, 0.9).tolist() == [[0, 1, 0, 0]]

@@ -26,6 +26,9 @@ def eval_parser(sub) -> None:
                          "DIR), as the server's come from the workspace when the client names a root")
     ei.add_argument("--ext", default=".py", metavar="EXTS",
                     help="comma-separated file name endings to sample from (default .py; e.g. .ts,.go,.rs)")
+    ei.add_argument("--twin", default=None, metavar="MODEL",
+                    help="also run this model (e.g. redraft-ar) on the same samples with the same settings, "
+                         "and report it beside the model: generate time as a ratio, quality in points")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -58,7 +61,7 @@ def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str, files_required
 
 
 def _eval_infill(args) -> int:
-    from .eval.infill import format_table, parse_kinds, report, run
+    from .eval.infill import format_table, parse_kinds, report, run, with_twin
     from .eval.samples import load_sources
     from .core.settings import ServerConfig
     try:
@@ -78,12 +81,18 @@ def _eval_infill(args) -> int:
     if args.plot is not None:
         _check_plot(args.plot)
     engine = None if args.drafts == "only" else load_engine(args)
-    if engine is not None:
-        engine.with_sampler(seed=args.seed)
+    if args.twin is not None and engine is None:
+        raise UserError("--twin compares two models: not with --drafts only")
+    twin = None if args.twin is None else load_engine(argparse.Namespace(**{**vars(args), "model": args.twin}))
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on")
-    outcomes = run(engine, sources, kinds, args.limit, args.seed, config, workspace=args.workspace)
-    rep = report("drafts" if engine is None else engine.name, sources, args.seed, outcomes, args.drafts,
-                 args.workspace, args.names == "on")
+    rep = None
+    for one in (engine, twin) if twin is not None else (engine,):
+        if one is not None:
+            one.with_sampler(seed=args.seed)
+        outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace)
+        r = report("drafts" if one is None else one.name, sources, args.seed, outcomes, args.drafts,
+                   args.workspace, args.names == "on")
+        rep = r if rep is None else with_twin(rep, r)
     if args.json:
         print_json(rep)
     else:

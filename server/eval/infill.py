@@ -220,6 +220,24 @@ def report(model: str, sources: list[Source], seed: int, outcomes: dict[str, lis
             "names": names, "kinds": kinds, "notes": notes}
 
 
+# What a model is compared with its twin on (another model run on the same samples in the same
+# run): speed as a ratio (this model's over the twin's: under 1 is faster), quality as a
+# difference in points (this model's minus the twin's).
+VS_TWIN_RATIO = ("generate_ms", "p50_ms", "tokens_per_forward")
+VS_TWIN_POINTS = ("exact_match", "correct_prefix", "edit_similarity")
+
+
+def with_twin(rep: dict, twin: dict) -> dict:
+    """`rep` with, per kind, the twin's row (`twin`) and the comparison (`vs_twin`)."""
+    rep = {**rep, "twin": twin["model"], "kinds": dict(rep["kinds"])}
+    for kind, s in rep["kinds"].items():
+        t = {k: v for k, v in twin["kinds"][kind].items() if k not in ("copy", "vs_copy")}
+        vs = {k: ratio(s[k], t[k]) for k in VS_TWIN_RATIO}
+        vs |= {k: None if s[k] is None or t[k] is None else round(s[k] - t[k], 4) for k in VS_TWIN_POINTS}
+        rep["kinds"][kind] = {**s, "twin": t, "vs_twin": vs}
+    return rep
+
+
 def _cell(key: str, value) -> str:
     if value is None:
         return "-"
@@ -241,6 +259,8 @@ def format_table(rep: dict) -> str:
         vs = s.get("vs_copy", {})
         ratios = ("-" if vs.get(k) is None else f"{vs[k]:.2f}x" for k in VS_COPY)
         rows.append((kind, mode, *(_cell(k, s[k]) for k in FIELDS), *ratios))
+        if "twin" in s:
+            rows.append((kind, "twin", *(_cell(k, s["twin"][k]) for k in FIELDS), "", ""))
         if "copy" in s:
             rows.append((kind, "copy", *(_cell(k, s["copy"][k]) for k in FIELDS), "", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -249,6 +269,13 @@ def format_table(rep: dict) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     lines += [f"note: {n}" for n in rep.get("notes", [])]
+    if "twin" in rep:
+        lines.append(f"twin: {rep['twin']}, the same samples and settings in the same run")
+        for kind, s in rep["kinds"].items():
+            vs = s["vs_twin"]
+            speed = "-" if vs["generate_ms"] is None else f"{vs['generate_ms']:.2f}x the twin's generate time"
+            points = ", ".join("-" if vs[k] is None else f"{k} {100 * vs[k]:+.1f} points" for k in VS_TWIN_POINTS)
+            lines.append(f"  {kind}: {speed}; {points}")
     lines.append("copy: the longest earlier match in the same file, continued and post-processed; no model")
     return "\n".join(lines)
 

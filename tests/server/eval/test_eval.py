@@ -253,6 +253,29 @@ def test_eval_infill_json(tmp_path_factory, folder, family):
         assert s["forwards"] <= samples.SPAN_BUDGET[kind] + 2
 
 
+def test_eval_infill_reports_the_twin_on_the_same_samples(tmp_path_factory, folder):
+    root = tmp_path_factory.mktemp("eval-twin")
+    model, twin = tiny.make_family(root / "dream", "dream"), tiny.make_family(root / "ar", "redraft-ar")
+    args = ("--files", str(folder), "--limit", "2", "--dtype", "float32", "--seed", "1", "--kinds", "rest_of_line,block")
+    out = redraft("eval", "infill", *args, "--model", str(model), "--twin", str(twin), "--json")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    alone = json.loads(redraft("eval", "infill", *args, "--model", str(twin), "--json").stdout)
+    assert rep["model"] == "dream" and rep["twin"] == "ar"
+    assert list(rep["kinds"]) == ["rest_of_line", "block"]
+    for kind, s in rep["kinds"].items():
+        t, vs = s["twin"], s["vs_twin"]
+        # the twin's row is what the twin scores alone on those samples
+        for key in ("n", *RATES, "abstain_rate", "forwards"):
+            assert t[key] == alone["kinds"][kind][key], (kind, key)
+        assert vs["generate_ms"] == round(s["generate_ms"] / t["generate_ms"], 3)
+        assert vs["exact_match"] == round(s["exact_match"] - t["exact_match"], 4)
+    table = redraft("eval", "infill", *args, "--model", str(model), "--twin", str(twin))
+    assert table.returncode == 0 and "twin: ar" in table.stdout and "x the twin's generate time" in table.stdout
+    refused = redraft("eval", "infill", *args, "--drafts", "only", "--twin", str(twin))
+    assert refused.returncode == 2 and "--twin" in refused.stderr
+
+
 def test_eval_infill_user_errors(folder, tmp_path):
     out = redraft("eval", "infill", "--files", str(folder), "--kinds", "lines")
     assert out.returncode == 2 and "unknown kind" in out.stderr and "Traceback" not in out.stderr

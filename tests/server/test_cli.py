@@ -1,6 +1,7 @@
 """`redraft complete` and friends, run as a user runs them."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,18 @@ def test_complete_never_reads_a_secret_file(tmp_path):
     plain.write_text(secret.read_text(), encoding="utf-8")
     out = redraft("complete", f"{plain}:2:16", "--drafts", "only")
     assert out.returncode == 0 and out.stdout.startswith("live-9f8e7d6c5b4a")
+
+
+@pytest.mark.parametrize("given, threads", [(None, 1), ("2", 2)])
+def test_commands_run_the_model_on_one_thread_unless_told(tmp_path, given, threads):
+    """One intra-op thread by default (a second one stalls whenever another process takes its
+    core); OMP_NUM_THREADS, when the user sets it, wins."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if given is not None:
+        env["OMP_NUM_THREADS"] = given
+    code = ("import sys; from redraft.server import cli; "
+            f"code = cli.main(['complete', {str(tmp_path / 'missing.py')!r} + ':1:1']); "
+            "import torch; print(code, torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.split() == ["2", str(threads)], out.stderr
+    assert "no such file" in out.stderr

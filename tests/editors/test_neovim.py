@@ -481,6 +481,32 @@ def test_checkhealth_command_and_the_mappings_keys_fall_back_to(editor: Editor):
     assert "ERROR" not in report
 
 
+
+def test_redraft_log_opens_the_lsp_log_and_checkhealth_names_only_commands_that_exist(editor: Editor):
+    """Plain Neovim has no :LspLog (nvim-lspconfig brings it): with no client running,
+    :checkhealth points to :RedraftLog, which opens the LSP log file."""
+    r = editor.run('''
+      vim.cmd("checkhealth redraft")
+      local report = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+      H.out.report = report
+      H.out.commands = {}
+      for _, line in ipairs(report) do
+        for name in line:gmatch(":(%u%w*)") do
+          H.out.commands[name] = vim.fn.exists(":" .. name)
+        end
+      end
+      H.out.lspconfig_log = vim.fn.exists(":LspLog")
+      vim.cmd("RedraftLog")
+      H.out.log = { vim.lsp.log.get_filename(), vim.api.nvim_buf_get_name(0), vim.fn.tabpagenr("$") }
+    ''', "notes.txt", "no filetype of the plugin's\n", ready=False)
+    report = "\n".join(r["report"])
+    assert "no redraft client is running" in report and ":RedraftLog" in report, report
+    assert r["lspconfig_log"] == 0  # plain Neovim: :LspLog is not a command
+    assert r["commands"] and all(found == 2 for found in r["commands"].values()), r["commands"]
+    log_file, buffer, tabs = r["log"]
+    assert buffer == log_file and log_file.endswith("lsp.log") and log_file in report
+    assert tabs == 3  # checkhealth's tab, then the log's own
+
 # Ahead of setup(): keeps what the server says in window/showMessage and window/logMessage.
 RECORD_MESSAGES = '''
   _G.server_messages = {}
@@ -558,7 +584,7 @@ def test_trigger_outside_insert_mode_says_where_it_works(editor: Editor):
 
 def test_cancels_leave_no_errors_in_the_lsp_log(editor: Editor, tmp_path: Path):
     """A cancel can cross the answer on the wire: the server takes it as normal traffic (no line
-    on stderr, which :LspLog shows as an ERROR), and the plugin cancels only what is pending."""
+    on stderr, which :RedraftLog shows as an ERROR), and the plugin cancels only what is pending."""
     r = editor.run('''
       local client, C = H.client(), require("redraft.client")
       local sent, notify = {}, client.rpc.notify

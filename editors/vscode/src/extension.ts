@@ -6,6 +6,7 @@
  * text after each denoising step (previews). All prediction logic lives in the server.
  */
 
+import * as fs from "node:fs";
 import * as vscode from "vscode";
 import {
   DidChangeConfigurationNotification,
@@ -15,6 +16,7 @@ import {
   State,
   TransportKind,
 } from "vscode-languageclient/node";
+import { findProgram, notFoundMessage, startFailureMessage } from "./launch";
 import { NextEdit } from "./nextEdits";
 import { NextEditView } from "./nextEditView";
 import { formatPreview, parsePreview } from "./previews";
@@ -29,9 +31,32 @@ const INLINE_EDIT = "textDocument/copilotInlineEdit";
 const DID_SHOW_EDIT = "textDocument/didShowInlineEdit";
 const DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion";
 
+/**
+ * A LanguageClient that stays quiet while it starts: a failed start is told by the extension
+ * in one message, not by the client's own notifications on top of it (it still logs them).
+ */
+class Client extends LanguageClient {
+  quiet = false;
+
+  override error(message: string, data?: unknown, showNotification: boolean | "force" = true): void {
+    super.error(message, data, this.quiet ? false : showNotification);
+  }
+}
+
+/** Whether `file` is a file this user may run. */
+function runnable(file: string): boolean {
+  try {
+    if (!fs.statSync(file).isFile()) return false;
+    if (process.platform !== "win32") fs.accessSync(file, fs.constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 class Extension implements vscode.Disposable {
   private settings: Settings;
-  private client: LanguageClient | undefined;
+  private client: Client | undefined;
   private readonly log = vscode.window.createOutputChannel("redraft", { log: true });
   private previewsChannel: vscode.OutputChannel | undefined;
   private readonly item = vscode.window.createStatusBarItem("redraft.status", vscode.StatusBarAlignment.Right, 100);
@@ -101,11 +126,18 @@ class Extension implements vscode.Disposable {
   }
 
   async start(): Promise<void> {
-    const [command, ...args] = serverCommandLine(this.settings);
+    const commandLine = serverCommandLine(this.settings);
+    const [command, ...args] = commandLine;
+    // The server starts in the first workspace folder, as the language client spawns it.
+    const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? process.cwd();
+    if (!findProgram(command, { env: process.env, platform: process.platform, cwd, runnable })) {
+      return this.failed(commandLine, notFoundMessage(command), "not found");
+    }
     const server: ServerOptions = { command, args, transport: TransportKind.stdio };
     const options: LanguageClientOptions = {
       documentSelector: SELECTOR,
       outputChannel: this.log,
+      initializationFailedHandler: () => false, // no retry, and no message of its own: see failed()
       initializationOptions: () => serverOptions(this.settings),
       middleware: {
         provideInlineCompletionItems: async (document, position, context, token, next) => {
@@ -121,7 +153,7 @@ class Extension implements vscode.Disposable {
         },
       },
     };
-    const client = (this.client = new LanguageClient("redraft", "redraft", server, options));
+    const client = (this.client = new Client("redraft", "redraft", server, options));
     client.onDidChangeState((e) => {
       if (client !== this.client || (this.state.server === "failed" && e.newState === State.Stopped)) return;
       this.state.server = e.newState === State.Running ? "running" : e.newState === State.Starting ? "starting" : "stopped";
@@ -135,16 +167,26 @@ class Extension implements vscode.Disposable {
     this.state.server = "starting";
     this.state.stats = undefined;
     this.render();
+    client.quiet = true;
     try {
       await client.start();
     } catch (err) {
-      this.state.server = "failed";
-      this.render();
-      this.log.error(`could not start ${JSON.stringify(this.settings.serverCommand)}: ${err}`);
-      const choice = await vscode.window.showErrorMessage(
-        `redraft: could not start the server (${this.settings.serverCommand.join(" ")}). ` +
-        "Install redraft or set redraft.serverCommand.", "Open settings");
-      if (choice) void vscode.commands.executeCommand("workbench.action.openSettings", "redraft.serverCommand");
+      if (client === this.client) await this.failed(commandLine, startFailureMessage(commandLine, err), err);
+    } finally {
+      client.quiet = false;
+    }
+  }
+
+  /** The server did not start: the status bar says so, and the user gets one message. */
+  private async failed(commandLine: string[], message: string, cause: unknown): Promise<void> {
+    this.state.server = "failed";
+    this.render();
+    this.log.error(`could not start ${JSON.stringify(commandLine)}: ${cause}`);
+    const choice = await vscode.window.showErrorMessage(message, "Open settings", "Show output");
+    if (choice === "Open settings") {
+      void vscode.commands.executeCommand("workbench.action.openSettings", "redraft.serverCommand");
+    } else if (choice === "Show output") {
+      this.log.show(true);
     }
   }
 

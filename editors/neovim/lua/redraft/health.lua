@@ -53,7 +53,7 @@ function M.check()
   if #clients == 0 then
     h.warn("no redraft client is running", {
       "open a file of one of these filetypes: " .. table.concat(config.filetypes, ", "),
-      "see :LspLog for the server's output",
+      "see :RedraftLog for the server's output (the LSP log, " .. redraft.log_file() .. ")",
     })
     return
   end

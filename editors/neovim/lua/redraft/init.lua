@@ -377,6 +377,19 @@ local function subcommand(args)
   end
 end
 
+--- The LSP client's log file (the server's stderr lands there too).
+---@return string
+function M.log_file()
+  local log = vim.lsp.log
+  return log and log.get_filename and log.get_filename() or vim.lsp.get_log_path()
+end
+
+--- Opens the LSP log in a new tab (`:RedraftLog`); plain Neovim has no `:LspLog`, which
+--- comes with nvim-lspconfig.
+local function open_log()
+  vim.cmd.tabnew(vim.fn.fnameescape(M.log_file()))
+end
+
 --- Starts the client for the configured filetypes: Neovim's own vim.lsp.enable (0.11+), or
 --- vim.lsp.start per buffer (0.10). A server command that cannot run is reported, once.
 local function start()
@@ -436,6 +449,9 @@ function M.setup(opts)
     nargs = "?",
     complete = function() return { "stats", "trigger", "dismiss", "toggle", "nextedit" } end,
     desc = "redraft: stats | trigger | dismiss | toggle | nextedit",
+  })
+  api.nvim_create_user_command("RedraftLog", open_log, {
+    desc = "redraft: open the LSP log (the server's output) in a new tab",
   })
   for _, client in ipairs(vim.lsp.get_clients({ name = client_of.NAME })) do
     for buf in pairs(client.attached_buffers or {}) do

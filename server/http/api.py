@@ -268,8 +268,12 @@ def now() -> str:
 
 
 def timing(choices: list[ApiChoice]) -> dict:
-    """W3C Server-Timing: the engine's share of the request (clients and benchmarks read it)."""
-    return {"Server-Timing": f"engine;dur={sum(c.engine_ms for c in choices):.2f}"}
+    """W3C Server-Timing: the engine's share of the request (clients and benchmarks read it),
+    after the language the text was read as (`language;desc=python`; "plaintext" when none),
+    which the body names or the server inferred (engine.language_of)."""
+    engine = f"engine;dur={sum(c.engine_ms for c in choices):.2f}"
+    language = next((c.language for c in choices if c.language), "")
+    return {"Server-Timing": f"language;desc={language}, {engine}" if language else engine}
 
 
 def usage(choices: list[ApiChoice]) -> dict:

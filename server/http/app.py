@@ -32,8 +32,11 @@ A completion goes the LSP server's way: prefix and suffix become a document with
 between them, a snapshot (the mode at the cursor, except that "nothing" becomes LINE: an HTTP
 client asks for whatever follows the cursor), drafts from the same text, `inference.answer`
 (windows, seeded denoising, the unit-end stop, post-processing), then the client's stop
-strings. The text is plain unless the body names a `language` (an extension of the originals)
-or the prompt a file (Mercury's current_file_path); plain text has no parse-error check.
+strings. The text's language is the body's `language` (an extension of the originals) when
+it names one; else the file the prompt names (a repository-level header's path, Mercury's
+current_file_path) by its extension; else what the text clearly shows (a shebang, lines only one
+language writes: core/guess_language.py); else it is plain text, which has no parse-error check.
+Answers not streamed name it in Server-Timing (`language;desc=python`).
 max_tokens caps the span budget below the server's per-mode default, never above it (a
 longer span only slows a line down). A next edit masks the region and re-fills it seeded
 with the region's own text as a draft; "no edit" (the fill equals the region) is JSON null.

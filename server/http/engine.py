@@ -4,7 +4,9 @@ a server Snapshot, and the engine call on it, run on the inference executor.
 A completion goes the LSP server's way (see app.py): a document with the cursor between
 prefix and suffix, the mode at the cursor ("nothing" becomes LINE: an HTTP client asks for
 whatever follows the cursor), drafts from the same text, `inference.answer`, then the client's
-stop strings. A next edit masks the region and re-fills it seeded with the region itself.
+stop strings. A body without a `language` is read in the language its path or text shows
+(`language_of`), so post-processing checks the parse as it does for the LSP server. A next
+edit masks the region and re-fills it seeded with the region itself.
 A file the settings exclude (its path from a repository-level header or Mercury's
 current_file_path) gets no completion and no edit, and an excluded file a header carries is
 never read into drafts. A request's time budget rides on its CancelFlag (the routes set it).
@@ -21,7 +23,7 @@ from typing import Any, Callable
 
 from redraft.engine import CancelFlag, Cancelled, Stats
 
-from ..core import context, postprocess
+from ..core import context, guess_language, postprocess
 from ..core.context import AskedMode, Mode, Snapshot, own_drafts, text_snapshot
 from ..core.document import split_lines
 from ..core.drafts import DraftIndex
@@ -56,6 +58,7 @@ class ApiChoice:
     finish: str  # "stop" | "length"
     stats: Stats | None
     engine_ms: float = 0.0  # wall time of the engine call, windows and post-processing included
+    language: str = ""  # the language the text was read as ("plaintext": no parse check), when it was read
 
 
 # -- the engine side (runs on the inference executor) -----------------------------------
@@ -117,9 +120,11 @@ def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: Se
                          block_tokens=min(config.block_tokens, p.max_tokens))
     if fim.path and config.excludes(fim.path):  # a file never read: nothing to complete there
         return [ApiChoice("", "stop", None)] * p.n
-    snap = fim_snapshot(fim.prefix, fim.suffix, config, p.language, fim.path, fim.files)
+    snap = fim_snapshot(fim.prefix, fim.suffix, config, language_of(p, fim.path, fim.prefix, fim.suffix),
+                        fim.path, fim.files)
+    language = snap.syntax.name
     if snap.mode is Mode.NONE:
-        return [ApiChoice("", "stop", None)] * p.n
+        return [ApiChoice("", "stop", None, language=language)] * p.n
     budget = config.block_tokens if snap.mode is Mode.BLOCK else config.line_tokens
     try:
         base = engine.sampler
@@ -140,7 +145,7 @@ def complete_fim(inference: Inference, fim: templates.Fim, p: Params, config: Se
         if cut >= 0:
             text = text[:cut]
         full = cut < 0 and o.stats is not None and o.stats.span_tokens >= budget
-        out.append(ApiChoice(text, "length" if full else "stop", o.stats, ms))
+        out.append(ApiChoice(text, "length" if full else "stop", o.stats, ms, language))
     return out
 
 
@@ -166,7 +171,9 @@ def _rewrite(engine, ep: templates.EditPrompt, p: Params, config: ServerConfig, 
     if n > MAX_EDIT_TOKENS:
         raise ApiError(400, f"the code_to_edit region has {n} tokens, more than {MAX_EDIT_TOKENS}")
     span = n + max(4, n // 4)  # room to grow
-    snap = fim_snapshot(ep.before, ep.after, replace(config, drafts="off"), p.language, ep.path)
+    snap = fim_snapshot(ep.before, ep.after, replace(config, drafts="off"),
+                        language_of(p, ep.path, ep.before + ep.region, ep.after), ep.path)
+    language = snap.syntax.name
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span))
     sampler = None if p.temperature is None else engine.sampler.with_(temperature=p.temperature)
     result = fill(engine, snap, ctx, span, [ep.region] if ep.region.strip() else [], flag,
@@ -174,10 +181,17 @@ def _rewrite(engine, ep: templates.EditPrompt, p: Params, config: ServerConfig, 
     text, ms = result.text, (time.perf_counter() - t0) * 1000
     # Out of time, the fill stopped part-way: a region cut short is no edit.
     if result.abstained or out_of_time(flag) or text.rstrip() == ep.region.rstrip():
-        return ApiChoice(None, "stop", result.stats, ms)
+        return ApiChoice(None, "stop", result.stats, ms, language)
     if ep.region.endswith("\n") and not text.endswith("\n"):
         text += "\n"  # the region's line end stays where it was
-    return ApiChoice(text, "stop", result.stats, ms)
+    return ApiChoice(text, "stop", result.stats, ms, language)
+
+
+def language_of(p: Params, path: str, before: str, after: str) -> str:
+    """The language id a request's text is read as: the body's `language` when it names one
+    (it always wins), else the one its file's path or its text shows (guess_language.infer),
+    else "" (plain text). The snapshot then goes the LSP server's way, post-processing and all."""
+    return p.language or guess_language.infer(path, before, after) or ""
 
 
 def _engine(inference: Inference):

@@ -123,7 +123,7 @@ def test_an_http_answer_is_the_lsp_servers_answer(servers, inference):
     text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return "
     r = httpx.post(f"{servers[0]}/v1/completions", json={"prompt": text, "suffix": "\n", "temperature": 0},
                    timeout=30)
-    snap = fim_snapshot(text, "\n", CONFIG)
+    snap = fim_snapshot(text, "\n", CONFIG, language="python")  # what the API reads this text as
     direct = on_engine(inference, lambda: run_engine(inference.engine, snap))
     assert snap.drafts  # the same text offers drafts (a + b, a - b)
     assert r.json()["choices"][0]["text"] == ("" if direct.edit is None else direct.edit.text)

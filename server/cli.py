@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if "torch" not in sys.modules:  # read once, when torch is first imported
         # One intra-op thread unless the user says otherwise: a second thread that loses its core
-        # to a browser or a build stalls every step (2.5-3.5x slower beside one busy process;
-        # quiet, one thread costs 10-20%; tests/bench/bench_threads.py).
+        # to a browser or a build stalls every step (2.0-2.6x slower beside one or two busy
+        # processes; quiet, one thread costs 1.3-1.5x; tests/bench/bench_threads.py).
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         code = args.run(args)

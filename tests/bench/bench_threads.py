@@ -57,6 +57,15 @@ def measure(engine: Engine, items, threads: int) -> dict:
             "cold_max_ms": round(max(cold), 1), "warm_max_ms": round(max(warm), 1)}
 
 
+def _host() -> str:
+    """The host kind speed figures name: AVX512-BF16 or AVX2 only (Linux)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    return "avx512_bf16" if "avx512_bf16" in flags else "avx2" if "avx2" in flags else "other"
+
+
 def _req(prefix, suffix, key):
     from redraft.engine import InfillRequest
     return InfillRequest(prefix, suffix, cache_key=key)
@@ -83,7 +92,7 @@ def main() -> int:
             for p in procs:
                 p.kill()
                 p.wait()
-    rep = {"date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(),
+    rep = {"date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(), "host": _host(),
            "model": engine.name, "dtype": str(next(engine.model.parameters()).dtype),
            "int8": bool(engine.model.int8), "cases": len(items), "rows": rows}
     if args.out is not None:

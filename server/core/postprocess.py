@@ -262,6 +262,11 @@ _PARSE_FLAGS = ast.PyCF_ONLY_AST | codeop.PyCF_DONT_IMPLY_DEDENT | codeop.PyCF_A
 # for this source name (warnings.catch_warnings would swap the process's filters under other
 # threads' feet: the checks run on the engine's thread).
 _SOURCE_NAME = "<redraft-completion>"
+# CPython 3.11 keeps the AST builder's depth counter per interpreter, not per call: two threads
+# building ASTs at once can end one of them in "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905). The server's own parses take turns; one from elsewhere in
+# the process is retried once, then gives no verdict.
+_parse_lock = threading.Lock()
 warnings.filterwarnings("ignore", module=re.escape(_SOURCE_NAME))
 
 
@@ -324,7 +329,7 @@ def _python_error(source: str, open_string: bool = False) -> tuple[int, int] | N
     unfinished (an open bracket, a block header awaiting its body, a trailing operator; with
     `open_string`, a string left open on the last line, as a completion cut short leaves one)."""
     try:
-        compile(source, _SOURCE_NAME, "exec", _PARSE_FLAGS)
+        _parse(source)
     except SyntaxError as e:
         lines = source.split("\n")
         line, col = e.lineno or len(lines), e.offset or 0
@@ -332,9 +337,17 @@ def _python_error(source: str, open_string: bool = False) -> tuple[int, int] | N
                 col > len(lines[-1]) or (open_string and e.msg.startswith("unterminated string literal")))):
             return None  # on the last line, past its last character or in an open string: it goes on
         return line, col
-    except (ValueError, MemoryError, RecursionError):  # null bytes, absurd nesting: no verdict
+    except (ValueError, MemoryError, RecursionError, SystemError):  # null bytes, absurd nesting: no verdict
         return None
     return None
+
+
+def _parse(source: str) -> None:
+    with _parse_lock:
+        try:
+            compile(source, _SOURCE_NAME, "exec", _PARSE_FLAGS)
+        except SystemError:  # another thread's AST build crossed this one (see _parse_lock)
+            compile(source, _SOURCE_NAME, "exec", _PARSE_FLAGS)
 
 
 COMMENT_END = "*/"

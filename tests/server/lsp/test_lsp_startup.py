@@ -51,8 +51,8 @@ def _held(inference_class, folder):
 
     def _load_now(self, key, number):
         if key[0] and os.path.realpath(key[0]) == os.path.realpath(folder):
-            with open(_pipe(folder), "rb"):  # blocks until the writing end is opened
-                pass
+            with open(_pipe(folder), "rb") as pipe:  # blocks until the writing end is opened,
+                pipe.read()  # then until it is closed: the release is the close, not the open
         return real(self, key, number)
     inference_class._load_now = _load_now
 

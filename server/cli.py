@@ -136,6 +136,7 @@ TRAIN_STEPS = {  # step: (module in engine/training, what it does)
     "corpus": ("corpus", "collect the source files of permissive packages, split by package"),
     "tokenizer": ("tokenizer", "train the byte-level BPE tokenizer on the corpus' training split"),
     "model": ("train", "train the autoregressive twin, then the diffusion model"),
+    "distill": ("distill", "write the twin's own spans, the diffusion model's distillation targets"),
     "ship": ("ship", "copy a training checkpoint into the package as a shipped model"),
 }
 

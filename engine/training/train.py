@@ -42,7 +42,8 @@ from ..config import ModelConfig
 from ..model import DiffusionLM
 from .corpus import read_split
 from .state import _tok, load_state, restore_state, save_state
-from .examples import copy_example, encode_example, sample_example
+from .examples import EncodedExample, copy_example, encode_example, sample_example
+from .distill import load_rows
 from .ship import warm_start_history
 from .blockrows import block_rows
 from .recipe import block_pattern, build_optimizers, certainty_penalty, corrupt_span, seq_at, share_at
@@ -69,7 +70,8 @@ class Rows:
     def __init__(self, docs: list[dict], tok, T: int, B: int, seed: int, diffusion: bool, context_ar: bool = False,
                  *, copy_share: float = 0.0, copy_anneal: int = 0, edit_share: float = DRAFT_SHARE,
                  edit_rate: float = 0.3, block_share: float = 0.0, block_size: int = 2, seq_warmup: int = 0,
-                 mix: dict[str, float] | None = None, block_causal: int = 0):
+                 mix: dict[str, float] | None = None, block_causal: int = 0,
+                 distilled: list[EncodedExample] | None = None, distill_share: float = 0.0):
         docs = [d for d in docs if len(d["text"]) > 200]
         self.docs = [d["text"] for d in docs]
         weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
@@ -83,6 +85,7 @@ class Rows:
         self.edit_share, self.edit_rate = edit_share, edit_rate
         self.block_share, self.block_size = block_share, block_size
         self.block_causal = block_causal  # > 0: two-stream block-causal rows, blocks of this many (blockrows.py)
+        self.distilled, self.distill_share = distilled or [], distill_share if distilled else 0.0
         self.end = tok.token_to_id(END)
         self.mask = tok.token_to_id(MASK)
         self.special = {tok.token_to_id(t) for t in SPECIAL_TOKENS}
@@ -98,6 +101,10 @@ class Rows:
         T, copy = self.seq(step), self.copy(step)
         rows = []
         while len(rows) < self.B:
+            # The twin's own spans (distill.py), where given; no draw otherwise, as above.
+            if self.distill_share and rng.random() < self.distill_share:
+                rows.append(rng.choice(self.distilled))
+                continue
             text = rng.choices(self.docs, cum_weights=self.cum_weights)[0]
             # No draw when the share is 0, so runs without copy rows see the rows they always did.
             pick = copy_example if copy and rng.random() < copy else sample_example
@@ -356,7 +363,7 @@ def start_model(args, tok, shape: dict) -> DiffusionLM:
 
 META = ("objective", "seq", "batch", "lr", "seed", "init", "steps", "attention", "context_ar", "optimizer",
         "copy_share", "copy_anneal", "edit_share", "edit_rate", "block_share", "block_size", "certainty", "seq_warmup",
-        "precision", "schedule", "decay", "mix")
+        "precision", "schedule", "decay", "mix", "distill", "distill_share")
 
 
 def valid_entry(model: DiffusionLM, batches: list[dict], bf16: bool) -> dict:
@@ -377,8 +384,11 @@ def data(args, tok) -> tuple[Rows, list[dict]]:
                   edit_share=args.edit_share, edit_rate=args.edit_rate, block_share=args.block_share,
                   block_size=args.block_size, seq_warmup=args.seq_warmup)
     mix = json.loads(args.mix) if args.mix else None
+    distilled = load_rows(Path(args.distill), tok.token_to_id(END), args.seq) if args.distill else None
+    if args.distill and not distilled:
+        raise SystemExit(f"--distill {args.distill}: no rows of at most {args.seq} tokens")
     rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar,
-                mix=mix, block_causal=blocks, **recipe)
+                mix=mix, block_causal=blocks, distilled=distilled, distill_share=args.distill_share, **recipe)
     # Validation loss without the context term, so runs with and without it compare.
     valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion, mix=mix,
                  block_causal=blocks)
@@ -488,6 +498,10 @@ def parser() -> argparse.ArgumentParser:
                              "beginning, one block partly masked, the rest masked)")
     recipe.add_argument("--block-size", type=int, default=2,
                         help="diffusion: the block of --block-share rows (the shipped sampler's block_size)")
+    recipe.add_argument("--distill", default=None,
+                        help="JSON lines of the twin's own spans (redraft train distill): sequence-level distillation")
+    recipe.add_argument("--distill-share", type=float, default=0.5,
+                        help="share of the rows drawn from --distill")
     recipe.add_argument("--certainty", type=float, default=0.2,
                         help="diffusion: weight of the entropy penalty on masked positions already right")
     recipe.add_argument("--seq-warmup", type=int, default=0,

@@ -11,7 +11,7 @@ This module writes those spans: training examples drawn as `redraft train model`
 greedy continuation up to its end token in place of the true middle. Output is JSON lines
 (`ctx`, `middle`, `true`, `lang`), appended in seeded order, so a stopped run resumes where
 it stopped. Rows where the twin does not end its span within the cap are counted and left out
-(their end would be a guess). `load_rows` reads them back as EncodedExample rows for Rows.
+(their end would be a guess). `examples.load_distilled` reads them back as training rows.
 """
 
 from __future__ import annotations
@@ -152,18 +152,6 @@ def generate(args) -> int:
                 print(f"stopped: the twin ended only {kept - done} of {kept - done + dropped} spans", file=sys.stderr)
                 return 1
     return 0
-
-
-def load_rows(path: Path, end: int, T: int) -> list[EncodedExample]:
-    """The distilled rows as EncodedExample rows (span = the twin's middle and an end token)."""
-    rows = []
-    with Path(path).open() as f:
-        for line in f:
-            d = json.loads(line)
-            ids = d["ctx"] + d["middle"] + [end]
-            if len(ids) <= T:
-                rows.append(EncodedExample(ids, len(d["ctx"]), len(d["middle"]), len(d["middle"]) + 1))
-    return rows
 
 
 def parser() -> argparse.ArgumentParser:

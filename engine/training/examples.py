@@ -19,9 +19,11 @@ span of the middle, <|endoftext|>, and padding, partly masked (train.py).
 
 from __future__ import annotations
 
+import json
 import keyword
 import random
 import re
+from pathlib import Path
 from dataclasses import dataclass
 
 from ..prompt import END, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, render_history
@@ -208,3 +210,15 @@ def encode_example(ex: Example, tok, T: int, rng: random.Random, *, pad_span: bo
     prefix = enc(ex.prefix)[-room:] if room > 0 else []
     ids = extra + [tid(FIM_SUFFIX)] + suffix + [tid(FIM_PREFIX)] + prefix + [tid(FIM_MIDDLE)]
     return EncodedExample(ids + span, len(ids), len(middle), len(span))
+
+
+def load_distilled(path: Path, end: int, T: int) -> list[EncodedExample]:
+    """Rows written by `redraft train distill` as EncodedExample rows (span = the twin's middle and an end token)."""
+    rows = []
+    with Path(path).open() as f:
+        for line in f:
+            d = json.loads(line)
+            ids = d["ctx"] + d["middle"] + [end]
+            if len(ids) <= T:
+                rows.append(EncodedExample(ids, len(d["ctx"]), len(d["middle"]), len(d["middle"]) + 1))
+    return rows

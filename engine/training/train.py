@@ -42,8 +42,7 @@ from ..config import ModelConfig
 from ..model import DiffusionLM
 from .corpus import read_split
 from .state import _tok, load_state, restore_state, save_state
-from .examples import EncodedExample, copy_example, encode_example, sample_example
-from .distill import load_rows
+from .examples import EncodedExample, copy_example, encode_example, load_distilled, sample_example
 from .ship import warm_start_history
 from .blockrows import block_rows
 from .recipe import block_pattern, build_optimizers, certainty_penalty, corrupt_span, seq_at, share_at
@@ -384,7 +383,7 @@ def data(args, tok) -> tuple[Rows, list[dict]]:
                   edit_share=args.edit_share, edit_rate=args.edit_rate, block_share=args.block_share,
                   block_size=args.block_size, seq_warmup=args.seq_warmup)
     mix = json.loads(args.mix) if args.mix else None
-    distilled = load_rows(Path(args.distill), tok.token_to_id(END), args.seq) if args.distill else None
+    distilled = load_distilled(Path(args.distill), tok.token_to_id(END), args.seq) if args.distill else None
     if args.distill and not distilled:
         raise SystemExit(f"--distill {args.distill}: no rows of at most {args.seq} tokens")
     rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar,

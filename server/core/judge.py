@@ -8,6 +8,7 @@ the inference executor.
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from redraft.engine import CancelFlag
@@ -47,44 +48,63 @@ def judge_edits(engine: Engine | None, lines: tuple[str, ...], proposals: list[L
     edit events shown ahead. Proposals marked `whole` (a rename's uses) are one decision: kept
     all together when their nearest MAX_PROPOSALS pass on average, else none. An engine that
     cannot judge leaves the rules' proposals as they are; a remote engine that does not answer
-    keeps none (an unjudged proposal is a guess). Runs on the executor."""
+    keeps none (an unjudged proposal is a guess). Runs on the executor, in one go; the language
+    server runs the same Judging one place per executor job instead (session.py)."""
     if not can_judge_edits(engine):
         return list(proposals)
-    try:
-        return _judge(engine, lines, proposals, events, margin, flag)
-    except RemoteUnavailable as e:
-        log.debug("next edits not judged: %s", e)
-        return []
+    judging = Judging(engine, lines, proposals, events, margin)
+    while (p := judging.pending()) is not None:
+        if flag is not None and flag.is_set():
+            return []
+        if out_of_time(flag):  # the budget is spent: what was judged stands
+            break
+        judging.record(judging.score(p))
+    return judging.result()
 
 
-def _judge(engine: Engine | RemoteEngine, lines: tuple[str, ...], proposals: list[LineEdit],
-           events: list[EditEvent], margin: float, flag: CancelFlag | None) -> list[LineEdit]:
-    history = extra.edit_history(events)
+class Judging:
+    """One judgement of a set of proposals, a place at a time: `pending()` is the next one to
+    score (None once decided), `score(p)` runs the model on it (the executor's part), `record`
+    keeps its gain, `result()` what stands, at any point: the single places judged and kept,
+    and a whole set only once judged in full."""
 
-    def gain(p: LineEdit) -> float:
-        prefix = _window("".join(lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
-        suffix = _window("".join(lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
-        as_is, edited = engine.score(prefix, "\n" + suffix, [p.original, p.proposed], extra=history)
+    def __init__(self, engine: Engine | RemoteEngine, lines: tuple[str, ...], proposals: list[LineEdit],
+                 events: list[EditEvent], margin: float):
+        self.engine, self.lines, self.margin = engine, lines, margin
+        self.history = extra.edit_history(events)
+        self.single = [p for p in proposals if not p.whole]
+        self.whole = [p for p in proposals if p.whole]
+        self.queue = self.single + self.whole[:MAX_PROPOSALS]  # a whole set: its nearest first
+        self.gains: list[float] = []
+        self.away = False  # a remote engine did not answer: nothing is kept
+
+    def pending(self) -> LineEdit | None:
+        return None if self.away or len(self.gains) == len(self.queue) else self.queue[len(self.gains)]
+
+    def score(self, p: LineEdit, flag: CancelFlag | None = None) -> float:
+        """The proposal's gain over the line as it is (NaN: a remote engine that did not answer)."""
+        prefix = _window("".join(self.lines[:p.row]), EDIT_PREFIX_CHARS, from_end=True)
+        suffix = _window("".join(self.lines[p.row + 1:]), EDIT_SUFFIX_CHARS, from_end=False)
+        try:
+            as_is, edited = self.engine.score(prefix, "\n" + suffix, [p.original, p.proposed], extra=self.history)
+        except RemoteUnavailable as e:
+            log.debug("next edits not judged: %s", e)
+            return math.nan
         return edited - as_is
 
-    kept, whole = [], [p for p in proposals if p.whole]
-    for p in [p for p in proposals if not p.whole]:
-        if flag is not None and flag.is_set():
+    def record(self, gain: float) -> None:
+        self.away = self.away or math.isnan(gain)
+        self.gains.append(gain)
+
+    def result(self) -> list[LineEdit]:
+        if self.away:
             return []
-        if out_of_time(flag):  # the budget is spent: what was judged stands, the rest is dropped
-            return kept
-        if gain(p) >= margin:
-            kept.append(p)
-    gains = []
-    for p in whole[:MAX_PROPOSALS]:  # nearest first
-        if flag is not None and flag.is_set():
-            return []
-        if out_of_time(flag):  # a whole set is one decision: unjudged, none of it
-            return kept
-        gains.append(gain(p))
-    if gains and sum(gains) / len(gains) >= margin:
-        kept.extend(whole)
-    return kept
+        n = len(self.single)
+        kept = [p for p, g in zip(self.single, self.gains[:n]) if g >= self.margin]
+        whole = self.gains[n:]
+        if whole and len(whole) == len(self.queue) - n and sum(whole) / len(whole) >= self.margin:
+            kept.extend(self.whole)
+        return kept
 
 
 def _window(text: str, chars: int, from_end: bool) -> str:

@@ -59,6 +59,10 @@ class ServerConfig:
     workspace_files: bool = True
     extra_share: float = 0.25  # of the context budget, at most, for the extra context
     next_edit: bool = True  # compute next-edit suggestions ahead once typing pauses
+    # Their own time budget, in milliseconds from the pause: judged one place per engine job,
+    # behind any inline completion asked meanwhile, so a busy machine delays them instead of
+    # the completions (and a budget too short for it counts in `edits_late`).
+    next_edit_time: int = 3000
     # A proposed edit is kept when its mean log-prob per token is at least the text's as it is plus
     # this: -1.0 keeps edits up to 1 nat per token less likely than the text; higher is stricter.
     edit_margin: float = -1.0
@@ -92,7 +96,8 @@ class ServerConfig:
 
 
 _INT_RANGES = {"max_lines": (1, 200), "max_drafts": (1, 16), "line_tokens": (1, 512), "block_tokens": (1, 1024),
-               "context_tokens": (16, 32768), "max_time": (1, 60_000)}
+               "context_tokens": (16, 32768), "max_time": (1, 60_000),
+               "next_edit_time": (1, 60_000)}
 _DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 _RENAMED = {"stream_drafts": "stream_previews"}  # earlier names clients may still send
 

@@ -41,6 +41,7 @@ class DocState:
     expect: tuple[int, str, str] | None = None  # after an accept: (row, left, right) the buffer will show
     event_before: nextedit.Before | None = None  # the text around the newest edit event as it began
     edits: tuple[int, list] | None = None  # (version, next-edit proposals) computed for that version
+    edits_job: tuple[int, asyncio.Future] | None = None  # (version, its computation) while it runs
     offers: Offers = field(default_factory=Offers)  # next edits given to the client, and moved past
     edit_timer: asyncio.TimerHandle | None = None  # the debounced next-edit computation
     prefetch: tuple[int, int, int, asyncio.Future] | None = None  # (version, row, col, job) computed ahead

@@ -39,7 +39,8 @@ from ..core import extra, nextedit, settings
 from ..core.context import Copies, Mode, Snapshot, copies, take_snapshot
 from ..core.document import Document, body, utf16_len
 from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Answer, Inference, answer_from_drafts,
-                              can_judge_edits, judge_edits)
+                              can_judge_edits)
+from ..core.judge import Judging
 from ..core.languages import syntax_for
 from ..core.refill import refill_edits, refill_row
 from ..core.remote import RemoteEngine
@@ -353,44 +354,64 @@ class Session:
         return at, found
 
     async def _edits(self, uri: str, version: int | None = None) -> tuple[int, list]:
-        """The proposals for the document as it is (computed once per version)."""
+        """The proposals for the document as it is (computed once per version: a pull while the
+        computation runs waits for it, and leaves it running if the pull is cancelled)."""
         st = self.docs.get(uri)
         if st is None or (version is not None and version != st.doc.version):
             return (version or 0), []
         if st.edits is not None and st.edits[0] == st.doc.version:
             return st.edits
+        if st.edits_job is None or st.edits_job[0] != st.doc.version or st.edits_job[1].done():
+            st.edits_job = (st.doc.version, asyncio.ensure_future(self._compute_edits(uri, st)))
+        return await asyncio.shield(st.edits_job[1])
+
+    async def _compute_edits(self, uri: str, st: DocState) -> tuple[int, list]:
         doc, events = st.doc, st.history.recent()
         if not events or st.event_before is None:
             return doc.version, []
         at = doc.version
         found = nextedit.candidates(st.event_before, doc, events[-1], events[-2] if len(events) > 1 else None)
         ruled, found = bool(found), self._withhold(st, found, events)  # never judged when withheld
-        job = None
         reach = max(EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS) + 1  # lines of >= 1 character: all the judge reads
-        if found and can_judge_edits(self.inference.engine):
+        engine = self.inference.engine
+        judged = True
+        if found and can_judge_edits(engine):
             rows = nextedit.Rows(doc.lines, min(p.row for p in found) - reach, max(p.row for p in found) + reach)
-            job = partial(judge_edits, self.inference.engine, rows, found, events, self.config.edit_margin)
-        elif not ruled and self.config.next_edit_refill and can_judge_edits(self.inference.engine) \
+            judged, found = await self._judge(uri, at, Judging(engine, rows, found, events, self.config.edit_margin))
+        elif not ruled and self.config.next_edit_refill and can_judge_edits(engine) \
                 and (row := refill_row(doc, events[-1])) is not None:
             rows = nextedit.Rows(doc.lines, row - reach, row + reach)
-            job = partial(refill_edits, self.inference.engine, rows, row, events, self.config.edit_margin)
-        if job is not None:
-            # A judged set stops at the budget (judge.py); a refill is one fill, which a budget
-            # would cut to a partial line: it is cancelled by the next change instead.
-            deadline = time.monotonic() + self.config.max_time / 1000 if job.func is judge_edits else None
-            done, found = await self.scheduler.run(uri + "#edits", job, deadline)
-            found = [] if found is None else found
-            if not done:
-                self.stats.edits_dropped += 1
-                return at, []
+            # One fill, which a budget would cut to a partial line: the next change cancels it.
+            job = partial(refill_edits, engine, rows, row, events, self.config.edit_margin)
+            judged, found = await self.scheduler.run(uri + "#edits", job)
+            found = [] if found is None else self._withhold(st, found, events)  # checked as the rules' were
+        if not judged:
+            self.stats.edits_dropped += 1
+            return at, []
         st = self.docs.get(uri)
         if st is None or st.doc.version != at:
             return at, []  # the document moved on meanwhile: never answer for a stale version
-        if job is not None and not ruled:  # the model's own rewrite: checked as the rules' were
-            found = self._withhold(st, found, events)
         st.edits = (at, found)
         self.stats.edits_proposed += len(found)
         return at, found
+
+    async def _judge(self, uri: str, at: int, judging: Judging) -> tuple[bool, list]:
+        """(False, []) when the document moved past version `at`, else (True, what stands). Each place is
+        its own engine job, so an inline completion asked meanwhile runs before the next one;
+        the set has its own budget (next_edit_time), not the inline request's."""
+        deadline = time.monotonic() + self.config.next_edit_time / 1000
+        while (p := judging.pending()) is not None:
+            st = self.docs.get(uri)
+            if st is None or st.doc.version != at:
+                return False, []
+            done, gain = await self.scheduler.run(uri + "#edits", partial(judging.score, p), deadline)
+            if not done:
+                return False, []
+            if gain is None:  # the budget ran out: what was judged stands
+                self.stats.edits_late += 1
+                break
+            judging.record(gain)
+        return True, judging.result()
 
     def _withhold(self, st: DocState, found: list, events: list) -> list:
         kept, withheld, reversals = st.offers.withhold(found, events)

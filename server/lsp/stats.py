@@ -45,6 +45,7 @@ class Counters:
     draft_tokens_kept: int = 0  # draft tokens the model kept, over all answers from drafts
     edits_proposed: int = 0  # next edits proposed (after the model's judgement)
     edits_dropped: int = 0  # next-edit judgements stopped part-way: the document changed (or a newer ask)
+    edits_late: int = 0  # next-edit judgements whose own budget (nextEditTime) ran out first: a busy machine
     edits_shown: int = 0  # textDocument/didShowInlineEdit
     edits_accepted: int = 0  # the accept-edit command
     edits_moved_past: int = 0  # next edits given to the client that its next change left untouched

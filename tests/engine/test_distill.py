@@ -12,6 +12,7 @@ import redraft.engine
 
 from redraft.engine.prompt import END, SPECIAL_TOKENS
 from redraft.engine.training import distill, train
+from redraft.engine.training.examples import load_distilled
 from redraft.engine.training.state import _tok
 
 
@@ -73,7 +74,7 @@ def test_generate_writes_resumes_and_reads_back_as_rows(twin, tiny_corpus, tmp_p
     end = tok.token_to_id(END)
     fim_middle = tok.token_to_id("<|fim_middle|>")
     assert all(r["ctx"][-1] == fim_middle and r["middle"] and end not in r["middle"] for r in rows)
-    back = distill.load_rows(out, end, 128)
+    back = load_distilled(out, end, 128)
     assert len(back) == sum(len(r["ctx"]) + len(r["middle"]) + 1 <= 128 for r in rows) > 0
     r, e = rows[0], back[0]
     assert e.ids == r["ctx"] + r["middle"] + [end] and e.span_at == len(r["ctx"]) and e.middle == len(r["middle"])
@@ -85,7 +86,7 @@ def test_rows_draw_the_distilled_share(twin, tiny_corpus, tmp_path):
                          "--batch", "4", "--rows", "4"]) == 0
     tok = _tok(twin)
     end = tok.token_to_id(END)
-    spans = distill.load_rows(out, end, 128)
+    spans = load_distilled(out, end, 128)
     from redraft.engine.training.corpus import read_split
     docs = read_split(tiny_corpus, "train")
     only = train.Rows(docs, tok, 128, 8, 1, True, distilled=spans, distill_share=1.0, block_causal=4)

@@ -225,8 +225,8 @@ def test_train_help_lists_the_steps_and_each_step_says_its_own_name():
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: redraft train ")
     steps = [ln.split()[0] for ln in out.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("   ")]
-    assert steps[:4] == ["corpus", "tokenizer", "model", "ship"]
-    for step in ("corpus", "tokenizer", "model", "ship"):
+    assert steps[:5] == ["corpus", "tokenizer", "model", "distill", "ship"]
+    for step in steps[:5]:
         out = entry("train", step, "--help")
         assert out.returncode == 0 and out.stdout.startswith(f"usage: redraft train {step} "), (step, out.stdout)
     out = entry("train")

@@ -29,6 +29,7 @@ import { parseStats, statusText, statusTooltip, StatusState } from "./status";
 const SELECTOR = [{ scheme: "file" }, { scheme: "untitled" }];
 const INLINE_EDIT = "textDocument/copilotInlineEdit";
 const DID_SHOW_EDIT = "textDocument/didShowInlineEdit";
+const DID_SHOW = "textDocument/didShowCompletion";
 const DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion";
 
 /**
@@ -76,7 +77,10 @@ class Extension implements vscode.Disposable {
           textDocument: { uri, version },
           position: { line: position.line, character: position.character },
           context: { triggerKind: 2 },
-        }, token)
+        }, token).then((r) => {
+          this.refreshStats(300); // a judging that came too late shows in the status bar
+          return r;
+        })
         : Promise.resolve({ edits: [] }),
       didShow: (edit: NextEdit) => void this.running()?.sendNotification(DID_SHOW_EDIT, { item: edit }),
       accepted: () => this.refreshStats(300),
@@ -147,6 +151,9 @@ class Extension implements vscode.Disposable {
           const items = Array.isArray(result) ? result : result?.items;
           if (items?.length) {
             this.state.lastMs = Date.now() - started;
+            // VS Code has no stable "shown" event: an item handed over for a request still
+            // current is what the editor shows (the server's `shown` counter).
+            if (!token.isCancellationRequested) void this.running()?.sendNotification(DID_SHOW, { item: {} });
             this.refreshStats(300);
           }
           return result;
@@ -238,7 +245,10 @@ class Extension implements vscode.Disposable {
       const client = this.running();
       if (!client) return;
       try {
+        const before = this.state.stats;
         this.state.stats = parseStats(await client.sendRequest("redraft/stats", {}));
+        const now = this.state.stats;
+        this.state.lateEdits = before !== undefined && now !== undefined && now.editsLate > before.editsLate;
       } catch (err) {
         this.log.warn(`redraft/stats: ${err}`);
       }

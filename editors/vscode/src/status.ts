@@ -18,6 +18,7 @@ export interface Stats {
   accepted: number;
   editsProposed: number;
   editsAccepted: number;
+  editsLate: number; // judgings whose own budget (nextEditTime) ran out: a busy machine
 }
 
 export interface StatusState {
@@ -25,6 +26,7 @@ export interface StatusState {
   server: ServerState;
   stats?: Stats;
   lastMs?: number | null;
+  lateEdits?: boolean; // `editsLate` grew since the stats before: next edits came too late
 }
 
 const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
@@ -45,6 +47,7 @@ export function parseStats(result: unknown): Stats | undefined {
     accepted: num(r.accepted) ?? 0,
     editsProposed: num(r.edits_proposed) ?? 0,
     editsAccepted: num(r.edits_accepted) ?? 0,
+    editsLate: num(r.edits_late) ?? 0,
   };
 }
 
@@ -65,10 +68,11 @@ export function statusText(s: StatusState): string {
   if (s.server === "stopped") return "$(debug-stop) redraft";
   if (s.server === "starting" || !s.stats) return "$(loading~spin) redraft";
   if (s.stats.modelError) return "$(warning) redraft";
-  if (!s.stats.model) return "$(loading~spin) redraft: loading";
+  if (!s.stats.model) return "$(loading~spin) redraft: loading model, drafts meanwhile";
   const ms = s.lastMs ?? (s.stats.requests > 0 ? s.stats.p50 : null);
   const latency = ms === null ? "" : ` ${formatMs(ms)}`;
-  return `$(sparkle) ${modelName(s.stats.model)}${latency}`;
+  const late = s.lateEdits ? " $(watch)" : "";
+  return `$(sparkle) ${modelName(s.stats.model)}${latency}${late}`;
 }
 
 /** The tooltip: what the text abbreviates, and what a click does. */
@@ -79,6 +83,7 @@ export function statusTooltip(s: StatusState): string {
   else if (s.server === "stopped") lines.push("redraft: the server stopped.");
   else if (s.stats?.modelError) lines.push(`redraft: the model did not load: ${s.stats.modelError}`);
   else if (s.stats?.model) lines.push(`redraft: ${s.stats.model}`);
+  else if (s.stats) lines.push("redraft: the model is loading; completions come from drafts (copies from your code) meanwhile.");
   else lines.push("redraft: starting");
   const st = s.stats;
   if (st && s.enabled) {
@@ -87,7 +92,8 @@ export function statusTooltip(s: StatusState): string {
       lines.push(`server latency: p50 ${formatMs(st.p50)}, p95 ${formatMs(st.p95)}`);
     }
     lines.push(`completions: ${st.answered} of ${st.requests} requests answered, ${st.accepted} accepted`);
-    lines.push(`next edits: ${st.editsProposed} proposed, ${st.editsAccepted} accepted`);
+    const late = st.editsLate > 0 ? `, ${st.editsLate} judged too late (a busy machine: raise redraft.serverSettings nextEditTime)` : "";
+    lines.push(`next edits: ${st.editsProposed} proposed, ${st.editsAccepted} accepted${late}`);
   }
   lines.push(s.enabled ? "Click to turn redraft off." : "Click to turn redraft on.");
   return lines.join("\n");

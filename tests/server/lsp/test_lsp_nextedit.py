@@ -249,3 +249,51 @@ async def test_a_proposal_undoing_the_users_last_edit_is_withheld_and_counted(cl
     assert after["edits_proposed"] == before["edits_proposed"] + len(edits)
     assert 0 < after["edits_reversal_ratio"] == round(
         after["edits_reversals"] / (after["edits_reversals"] + after["edits_proposed"]), 4)
+
+
+async def test_next_edits_have_their_own_budget_not_the_inline_one(client: LanguageClient):
+    """An inline budget of 1 ms (maxTime) does not starve the judging of next edits: it has its
+    own (nextEditTime), so the rename's other uses are still proposed."""
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"maxTime": 1}}))
+    try:
+        uri = "file:///work/shapes-budget.py"
+        before = await stats(client)
+        rename_at_definition(client, uri)
+        edits = await inline_edits(client, uri, 2, 3, 24)
+        assert sorted(e.range.start.line for e in edits) == [4, 5]
+        after = await stats(client)
+        assert after["edits_late"] == before["edits_late"]
+        assert after["edits_proposed"] == before["edits_proposed"] + 2
+    finally:
+        client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"maxTime": 500}}))
+
+
+async def test_a_next_edit_budget_too_short_is_counted_late_not_silent(client: LanguageClient):
+    """With nextEditTime 1 ms the rename (a whole set) is not judged in time: nothing is proposed,
+    and `edits_late` says why (a busy machine shows up there, not as silence)."""
+    client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"nextEditTime": 1}}))
+    try:
+        uri = "file:///work/shapes-late.py"
+        before = await stats(client)
+        rename_at_definition(client, uri)
+        assert await inline_edits(client, uri, 2, 3, 24) == []
+        after = await stats(client)
+        assert after["edits_late"] == before["edits_late"] + 1
+        assert after["edits_dropped"] == before["edits_dropped"]
+    finally:
+        client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"redraft": {"nextEditTime": 3000}}))
+
+
+async def test_a_pull_while_the_edits_are_computed_waits_for_that_computation(client: LanguageClient):
+    """Two pulls for one version share one judging: the second neither restarts it nor drops it."""
+    import asyncio
+
+    uri = "file:///work/shapes-twice.py"
+    before = await stats(client)
+    rename_at_definition(client, uri)
+    first, second = await asyncio.gather(inline_edits(client, uri, 2, 3, 24), inline_edits(client, uri, 2, 3, 24))
+    assert sorted(e.range.start.line for e in first) == [4, 5]
+    assert [(e.range.start.line, e.text) for e in second] == [(e.range.start.line, e.text) for e in first]
+    after = await stats(client)
+    assert after["edits_dropped"] == before["edits_dropped"]
+    assert after["edits_proposed"] == before["edits_proposed"] + 2  # judged once

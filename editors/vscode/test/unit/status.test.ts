@@ -10,7 +10,7 @@ const STATS = {
 test("redraft/stats is read into the fields shown", () => {
   assert.deepEqual(parseStats(STATS), {
     model: "redraft-diffusion", modelError: null, p50: 23.4, p95: 45.1, requests: 12, answered: 9,
-    accepted: 3, editsProposed: 2, editsAccepted: 1,
+    accepted: 3, editsProposed: 2, editsAccepted: 1, editsLate: 0,
   });
   assert.equal(parseStats(null), undefined);
   assert.equal(parseStats({})?.p50, null);
@@ -36,7 +36,9 @@ test("off, starting, loading, failed", () => {
   assert.match(statusTooltip({ enabled: false, server: "running" }), /Click to turn redraft on/);
   assert.equal(statusText({ enabled: true, server: "starting" }), "$(loading~spin) redraft");
   assert.equal(statusText({ enabled: true, server: "running", stats: parseStats({ ...STATS, model: null }) }),
-    "$(loading~spin) redraft: loading");
+    "$(loading~spin) redraft: loading model, drafts meanwhile");
+  assert.match(statusTooltip({ enabled: true, server: "running", stats: parseStats({ ...STATS, model: null }) }),
+    /completions come from drafts .* meanwhile/);
   assert.equal(statusText({ enabled: true, server: "failed" }), "$(error) redraft");
   const broken: StatusState = { enabled: true, server: "running", stats: parseStats({ ...STATS, model: null, model_error: "no such checkpoint" }) };
   assert.equal(statusText(broken), "$(warning) redraft");
@@ -47,4 +49,12 @@ test("a model path shows as its folder name", () => {
   assert.equal(modelName("/home/me/models/dream-coder/"), "dream-coder");
   assert.equal(modelName("C:\\models\\llada"), "llada");
   assert.equal(modelName("redraft-diffusion"), "redraft-diffusion");
+});
+
+test("next edits judged too late: a sign in the text, the count and the setting in the tooltip", () => {
+  const s: StatusState = { enabled: true, server: "running", stats: parseStats({ ...STATS, edits_late: 2 }), lastMs: 30 };
+  assert.equal(statusText({ ...s, lateEdits: true }), "$(sparkle) redraft-diffusion 30 ms $(watch)");
+  assert.equal(statusText(s), "$(sparkle) redraft-diffusion 30 ms");
+  assert.match(statusTooltip(s), /2 proposed, 1 accepted, 2 judged too late .*nextEditTime/);
+  assert.doesNotMatch(statusTooltip({ ...s, stats: parseStats(STATS) }), /too late/);
 });

@@ -29,6 +29,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--twin", default=None, metavar="MODEL",
                     help="also run this model (e.g. redraft-ar) on the same samples with the same settings, "
                          "and report it beside the model: generate time as a ratio, quality in points")
+    ei.add_argument("--threshold", type=float, default=None, metavar="P",
+                    help="the diffusion model's commit threshold (the server's `threshold` setting; default: the "
+                         "model's own): a masked position commits once its probability reaches P")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -84,7 +87,10 @@ def _eval_infill(args) -> int:
     if args.twin is not None and engine is None:
         raise UserError("--twin compares two models: not with --drafts only")
     twin = None if args.twin is None else load_engine(argparse.Namespace(**{**vars(args), "model": args.twin}))
-    config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on")
+    if args.threshold is not None and not 0.0 <= args.threshold <= 1.0:
+        raise UserError(f"--threshold must be in [0, 1], got {args.threshold}")
+    config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on",
+                          threshold=args.threshold)
     rep = None
     for one in (engine, twin) if twin is not None else (engine,):
         if one is not None:

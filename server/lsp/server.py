@@ -322,6 +322,12 @@ def _lifecycle(server: RedraftServer, session: Session, loader: _Loader) -> None
     def did_change_configuration(ls: LanguageServer, params: T.DidChangeConfigurationParams) -> None:
         loader.apply_settings(params.settings)
 
+    @server.feature(T.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    @guarded(session, T.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_workspace_folders(ls: LanguageServer, params: T.DidChangeWorkspaceFoldersParams) -> None:
+        # one server for every project an editor has open (Neovim adds each new root here)
+        session.change_roots([f.uri for f in params.event.added or []], [f.uri for f in params.event.removed or []])
+
     @server.feature(STATS)
     @guarded(session, STATS, dict)
     def stats(ls: LanguageServer, params: Any) -> dict:

@@ -49,6 +49,8 @@ from .docstate import DocState, Suggestion, rows_touched, type_through
 from .scheduler import Scheduler
 from .stats import Counters
 
+MAX_ROOTS = 32  # workspace folders indexed for drafts; each is listed in the background
+
 log = logging.getLogger(__name__)
 
 
@@ -128,10 +130,20 @@ class Session:
         for drafts in the background, unless `workspace_files` is off."""
         if not self.config.workspace_files or self.workspace is not None:
             return
-        paths = [p for p in (uri_path(r) if "://" in r else Path(r) for r in roots if r) if p is not None]
-        paths = [p for p in paths if p.is_dir()]
+        paths = _folders(roots)
         if paths:
             self.workspace = Workspace(paths, skip=lambda path: self.config.excludes(str(path)))
+
+    def change_roots(self, added: list[str], removed: list[str]) -> None:
+        """Folders added to or removed from the client's workspace (one editor, several projects,
+        one server): the index starts again over the new set; documents stay open."""
+        gone = {p.resolve() for p in _folders(removed)}
+        now = [r for r in (self.workspace.roots if self.workspace is not None else []) if r not in gone]
+        now += [p for p in _folders(added) if p.resolve() not in now]
+        if self.workspace is not None:
+            self.workspace.close()
+            self.workspace = None
+        self.set_roots([str(r) for r in now])
 
     def load_model(self, wait: Callable[[], None] | None = None) -> Future:
         c = self.config
@@ -493,3 +505,10 @@ class Session:
         d["remote"] = engine.status() if isinstance(engine, RemoteEngine) else None
         d["workspace"] = None if self.workspace is None else self.workspace.stats()
         return d
+
+
+def _folders(roots: list[str]) -> list[Path]:
+    """The folders among file: URIs or paths (other schemes, files and missing paths dropped),
+    at most MAX_ROOTS of them."""
+    paths = [p for p in (uri_path(r) if "://" in r else Path(r) for r in roots[:MAX_ROOTS] if r) if p is not None]
+    return [p for p in paths if p.is_dir()]

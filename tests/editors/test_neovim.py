@@ -617,3 +617,31 @@ def test_cancels_leave_no_errors_in_the_lsp_log(editor: Editor, tmp_path: Path):
     log_file = tmp_path / "state" / "nvim" / "lsp.log"
     log = log_file.read_text(encoding="utf-8") if log_file.exists() else ""
     assert "[ERROR]" not in log, log[-3000:]  # neither the server's stderr nor Neovim's own
+
+
+def test_one_server_for_every_project_the_editor_opens(editor: Editor, tmp_path: Path):
+    """Files under two git roots and one outside any: one server (one model in memory), which
+    learns each new root as a workspace folder and indexes it for drafts."""
+    for name in ("alpha", "beta"):
+        (tmp_path / name / ".git").mkdir(parents=True)
+        (tmp_path / name / "lib.py").write_text(AREA, encoding="utf-8")
+    (tmp_path / "loose").mkdir()
+    (tmp_path / "loose" / "notes.py").write_text(COMPUTE, encoding="utf-8")
+    r = editor.run(f'''
+      vim.cmd.edit({lua(str(tmp_path / "beta" / "lib.py"))})
+      H.wait(function() return H.client() end, 10000, "beta's client")
+      vim.cmd.edit({lua(str(tmp_path / "loose" / "notes.py"))})
+      H.wait(function() return H.client() end, 10000, "the loose file's client")
+      H.sleep(200)
+      local clients = vim.lsp.get_clients({{ name = "redraft" }})
+      H.out.clients = #clients
+      H.out.buffers = #vim.tbl_keys(clients[1].attached_buffers)
+      H.out.folders = vim.tbl_map(function(f) return f.name end, clients[1].workspace_folders)
+      H.out.roots = H.wait(function()
+        local s = H.stats(); return s.workspace ~= vim.NIL and #s.workspace.roots >= 2 and s.workspace.roots
+      end, 5000, "the server's roots")
+    ''', "alpha/main.py", COMPUTE)
+    assert r["clients"] == 1 and r["buffers"] == 3
+    want = [str((tmp_path / d).resolve()) for d in ("alpha", "beta")]
+    assert [f for f in r["folders"] if f in want] == want
+    assert set(want) <= set(r["roots"])

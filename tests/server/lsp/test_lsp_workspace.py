@@ -61,3 +61,20 @@ async def test_a_new_file_continues_code_from_a_file_that_is_not_open(client: La
     items = await complete(client, uri, 1, len(text.splitlines()[1]))
     assert [i.insert_text for i in items][:1] == ['algorithm="sha256", strict=True)']
     assert (await stats(client))["sources"].get("workspace", 0) >= 1
+
+
+async def test_folders_added_and_removed_later_are_indexed_and_forgotten(client: LanguageClient, root: Path,
+                                                                          tmp_path_factory):
+    other = tmp_path_factory.mktemp("second")
+    (other / "tool.py").write_text("def tool():\n    return 1\n")
+    (other / "more.py").write_text("def more():\n    return 2\n")
+    folder = T.WorkspaceFolder(uri=other.as_uri(), name="second")
+    client.workspace_did_change_workspace_folders(T.DidChangeWorkspaceFoldersParams(
+        event=T.WorkspaceFoldersChangeEvent(added=[folder], removed=[])))
+    ws = await until(client, lambda ws: ws["ready"] and len(ws["roots"]) == 2)
+    assert ws["roots"] == [str(root.resolve()), str(other.resolve())] and ws["files"] == 3
+    client.workspace_did_change_workspace_folders(T.DidChangeWorkspaceFoldersParams(
+        event=T.WorkspaceFoldersChangeEvent(added=[], removed=[T.WorkspaceFolder(uri=root.as_uri(), name="p")])))
+    ws = await until(client, lambda ws: ws["ready"] and len(ws["roots"]) == 1)
+    assert ws["roots"] == [str(other.resolve())] and ws["files"] == 2
+    assert (await stats(client))["errors"] == 0

@@ -313,6 +313,33 @@ local function detach(buf)
   end
 end
 
+--- One server for the whole editor session: a buffer under a root the server does not know yet
+--- joins the running client, and the root is added to its workspace folders (Neovim's default
+--- starts a server, and a model, per project root).
+---@param client vim.lsp.Client
+---@param config vim.lsp.ClientConfig
+---@return boolean
+local function reuse_client(client, config)
+  -- (0.10's is_stopped is a closure that ignores its argument; 0.11's is a method)
+  if client.name ~= config.name or client.is_stopped(client) then
+    return false
+  end
+  local dir = config.root_dir
+  if type(dir) ~= "string" or dir == "" then
+    return true
+  end
+  local uri = vim.uri_from_fname(dir)
+  for _, folder in ipairs(client.workspace_folders or {}) do
+    if folder.uri == uri then
+      return true
+    end
+  end
+  local added = { { uri = uri, name = dir } }
+  client_of.notify(client, "workspace/didChangeWorkspaceFolders", { event = { added = added, removed = {} } })
+  client.workspace_folders = vim.list_extend(client.workspace_folders or {}, added)
+  return true
+end
+
 --- The client configuration (vim.lsp.config / vim.lsp.start).
 local function server_config()
   local c = M.config
@@ -321,6 +348,7 @@ local function server_config()
     cmd = c.cmd,
     filetypes = c.filetypes,
     root_markers = c.root_markers,
+    reuse_client = reuse_client,
     -- An empty Lua table goes out as a JSON list; the server wants an object.
     init_options = next(c.init_options) == nil and vim.empty_dict() or c.init_options,
     -- redraft speaks UTF-16 columns; offering only UTF-16 keeps both sides on them.
@@ -350,8 +378,9 @@ local function start_per_buffer(buf)
   local cfg = server_config()
   cfg.root_dir = vim.fs.root(buf, cfg.root_markers) or vim.fn.getcwd()
   cfg.capabilities = vim.tbl_deep_extend("force", vim.lsp.protocol.make_client_capabilities(), cfg.capabilities)
-  cfg.filetypes, cfg.root_markers = nil, nil
-  vim.lsp.start(cfg, { bufnr = buf })
+  local reuse = cfg.reuse_client
+  cfg.filetypes, cfg.root_markers, cfg.reuse_client = nil, nil, nil
+  vim.lsp.start(cfg, { bufnr = buf, reuse_client = reuse })
 end
 
 local function subcommand(args)

@@ -16,9 +16,19 @@ A finished block joins the keys/values as the clean stream holds it in training:
 inputs, causally. That costs no forward of its own: it rides in front of the next block's
 first step (one forward of 2b positions, an explicit mask saying who sees whom).
 
+Verified (SamplerConfig.verify_blocks, off by default; greedy, one row, no cache model): the forward that
+caches a finished block runs it causally, as the clean stream, so its outputs are the clean
+stream's own next-token choices given committed text only, what the twin's training taught it.
+Where one differs from what the block committed, that token is replaced by the clean stream's,
+everything after it is dropped, and a block opens there (its keys/values before that point are
+already the clean ones); the last block gets a forward of its own for the check. The text is
+then exactly the clean stream's greedy decoding: the block's parallel commits are drafts it
+accepts or cuts, as speculative decoding accepts a draft's agreeing prefix. The threshold
+then trades wasted forwards against tokens per forward, never quality.
+
 Greedy only (a temperature picks a token by sampling but commits by the same rule), batch rows
-in lockstep (a row that finished its block waits for the others). With a threshold of 1 it
-commits one token a forward, the leftmost.
+in lockstep (a row that finished its block waits for the others; several rows are not
+verified). With a threshold of 1 it commits one token a forward, the leftmost.
 
 Shapes: B rows, b block, W span inputs rounded up to whole blocks, V vocabulary.
 """
@@ -54,32 +64,59 @@ def decode_blocks(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, bloc
     L = A - 1  # span tokens at most; inputs 0..L-1 (input j predicts token j + 1)
     W = -(-L // block) * block
     t0 = time.perf_counter()
-    kv, reused = encode_context(model, batch, reuse, extra=W + 1)
+    kv, reused = encode_context(model, batch, reuse, extra=W + 1 + block)
     encode_ms = (time.perf_counter() - t0) * 1000
     t1 = time.perf_counter()
 
     dev = batch.act_ids.device
-    x = torch.full((B, W + 1), mask_id, dtype=torch.long, device=dev)
+    verify = scfg.verify_blocks and scfg.temperature == 0 and B == 1 and not caches
+    X = W + 1 + (block if verify else 0)  # a rollback can open a block at any input
+    x = torch.full((B, X), mask_id, dtype=torch.long, device=dev)
     x[:, 0] = batch.act_ids[:, 0]
-    pos = batch.act_pos[:, :1] + torch.arange(W + 1, device=dev)
-    committed = torch.zeros(B, W + 1, dtype=torch.bool, device=dev)
+    pos = batch.act_pos[:, :1] + torch.arange(X, device=dev)
+    committed = torch.zeros(B, X, dtype=torch.bool, device=dev)
     committed[:, 0] = True
     lengths = batch.act_valid.sum(1) - 1  # each row's span budget
-    needed = torch.arange(W + 1, device=dev)[None, :] <= lengths[:, None]  # targets 1..length
+    needed = torch.arange(X, device=dev)[None, :] <= lengths[:, None]  # targets 1..length
     needed[:, 0] = False
-    conf = torch.ones(B, W + 1, dtype=torch.float32, device=dev)
-    logp = torch.zeros(B, W + 1, dtype=torch.float32, device=dev)
+    conf = torch.ones(B, X, dtype=torch.float32, device=dev)
+    logp = torch.zeros(B, X, dtype=torch.float32, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     ctx_valid = None if bool(batch.ctx_valid.all()) else batch.ctx_valid
     end_list = end_ids.to(dev)
     steps, s, pending = 0, 0, None  # pending: the finished block not yet cached clean
-    while s < L and not bool(done.all()):
+    checked = 0  # with `verify`: targets 1..checked agree with the clean stream's greedy choice
+    while True:
+        if s >= L or bool(done.all()):
+            n = int(_prefix_lengths(committed)[0]) - checked if verify else 0
+            if n <= 0:
+                break
+            pending, s = checked, checked + n  # the last block: checked by a forward of its own
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        e = s + block
+        e = s + block if s < L and not bool(done.all()) else s
         lo = s if pending is None else pending
         ids, ppos = x[:, lo:e], pos[:, lo:e]
         hidden = model(ids, ppos, kv, start=C + lo, mask=_mask(B, C, lo, s, e, ctx_valid, dev))
+        steps += 1
+        if verify and lo < s:
+            t = _check(model, hidden[:, :s - lo], x, lo, s, int(lengths[0]), end_list, scfg, gen, vocab_limit,
+                       banned, first_allowed if lo == 0 else None, owners, conf, logp)
+            pending = None
+            if t is not None:  # the clean stream disagrees at target t: it keeps its own token there
+                committed[:, t + 1:] = False
+                x[:, t + 1:] = mask_id
+                ended = bool(torch.isin(x[0, t], end_list))
+                done[:] = ended or t >= int(lengths[0])
+                checked, s = t, t
+                if on_step is not None:
+                    on_step(steps, batch, _shown(x, committed, pad_id)[:, :A], done, [t])
+                continue
+            checked = s
+            if e == s:
+                break
+        if e == s:
+            break
         logits = model.logits(hidden[:, s - lo:])  # [B, b, V]: position j predicts input s + j + 1
         pending = None
         open_ = needed[:, s + 1:e + 1] & ~committed[:, s + 1:e + 1] & ~done[:, None]
@@ -93,7 +130,6 @@ def decode_blocks(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, bloc
         conf[:, sl] = torch.where(take, prob, conf[:, sl])
         logp[:, sl] = torch.where(take, lp, logp[:, sl])
         committed[:, sl] |= take
-        steps += 1
         ended = (take & torch.isin(tok, end_list)).any(1)
         done |= ended
         prefix = _prefix_lengths(committed)
@@ -111,6 +147,30 @@ def decode_blocks(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, bloc
     out = _shown(x, committed, pad_id)
     out = _after_end(out, end_list, pad_id)
     return Denoised(batch, out[:, :A], conf[:, :A], logp[:, :A], steps, steps, encode_ms, gen_ms, reused, B)
+
+
+def _check(model: DiffusionLM, clean: torch.Tensor, x: torch.Tensor, lo: int, s: int, length: int,
+           ends: torch.Tensor, scfg: SamplerConfig, gen, vocab_limit, banned, first_allowed, owners,
+           conf: torch.Tensor, logp: torch.Tensor) -> int | None:
+    """The clean stream's verdict on targets lo+1..s (one row): `clean` holds the outputs of
+    inputs [lo, s) run causally, as the twin runs them, so each predicts the next target from
+    committed text alone. Returns the first target where its greedy choice differs from what
+    the block committed (written there, with its probability), or None when all agree. Targets
+    after an end token or past the span budget are not asked about."""
+    logits = model.logits(clean)
+    _restrict(logits, vocab_limit, banned, first_allowed, owners)
+    c = choose(logits.reshape(-1, logits.shape[-1]), scfg, gen)
+    for j in range(s - lo):
+        t = lo + 1 + j
+        if t > length:
+            return None
+        if int(c.tokens[j]) != int(x[0, t]):
+            x[0, t] = c.tokens[j]
+            conf[0, t], logp[0, t] = c.prob[j], c.logp[j]
+            return t
+        if bool(torch.isin(x[0, t], ends)):
+            return None
+    return None
 
 
 def _mask(B: int, C: int, lo: int, s: int, e: int, ctx_valid, dev) -> torch.Tensor:

@@ -217,6 +217,14 @@ class SamplerConfig:
     # 2-token 52%, 3-token 10%, while a 9-token block cost ~1.7-3x a one-token forward). 1 suits
     # hardware where a block costs about one forward.
     lookup_ngram: int = 3
+    # Block-causal models, greedy, one row: every committed block is checked by the clean
+    # stream in the forward that caches it (blockwise.py); from the first disagreement the
+    # clean stream's own token stands and the block opens again there, so the text is the
+    # clean stream's greedy decoding and the block's parallel commits are its drafts. Off by
+    # default: with the block-causal checkpoints so far the clean stream disagrees with the
+    # block's commits often (block decoding of 50 validation cursors: +7% forwards on blocks,
+    # +42% on rest of line, quality within a point; docs/training-log.md, 2026-12-06).
+    verify_blocks: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -32,6 +32,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--threshold", type=float, default=None, metavar="P",
                     help="the diffusion model's commit threshold (the server's `threshold` setting; default: the "
                          "model's own): a masked position commits once its probability reaches P")
+    ei.add_argument("--verify-blocks", action="store_true",
+                    help="block-causal models: check each committed block against the clean stream "
+                         "(engine/blockwise.py; the text is then the clean stream's greedy decoding)")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -94,7 +97,7 @@ def _eval_infill(args) -> int:
     rep = None
     for one in (engine, twin) if twin is not None else (engine,):
         if one is not None:
-            one.with_sampler(seed=args.seed)
+            one.with_sampler(seed=args.seed, verify_blocks=args.verify_blocks)
         outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace)
         r = report("drafts" if one is None else one.name, sources, args.seed, outcomes, args.drafts,
                    args.workspace, args.names == "on")

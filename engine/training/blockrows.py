@@ -38,7 +38,8 @@ def block_rows(rows, B: int, block: int, mask: int, end: int, rng: random.Random
 
     Returns ids, pos (the noisy copy reuses its clean twin's positions), mask ([B, 1, W, W] bool,
     True = attend), target, weight (noisy positions), ar_weight (the clean stream), masked (the
-    noisy positions a step would fill), plus the row layout (clean length, span inputs) for tests.
+    noisy positions a step would fill), twin_at (for each noisy position, the clean position
+    that predicts the same target; -1 elsewhere), plus the row layout (clean length, span inputs) for tests.
     """
     assert block >= 1
     layouts = []
@@ -52,6 +53,7 @@ def block_rows(rows, B: int, block: int, mask: int, end: int, rng: random.Random
     target = torch.full((B, W), end, dtype=torch.long)
     weight, ar_weight = torch.zeros(B, W), torch.zeros(B, W)
     masked = torch.zeros(B, W, dtype=torch.bool)
+    twin_at = torch.full((B, W), -1, dtype=torch.long)  # the clean position predicting the same target
     attend = torch.zeros(B, 1, W, W, dtype=torch.bool)
     shape = []
     for b, (clean, S, n) in enumerate(layouts):
@@ -81,6 +83,7 @@ def block_rows(rows, B: int, block: int, mask: int, end: int, rng: random.Random
         target[b, :N - 1] = torch.tensor(clean[1:])
         ar_weight[b, :N - 1] = 1.0
         target[b, N:N + n] = torch.tensor(clean[first + 1:first + n + 1])
+        twin_at[b, N:N + n] = torch.arange(first, first + n)
         for j in range(n):
             last = j % block == block - 1 or j == n - 1  # its target is the next block's first input
             hidden = last or not seen[j + 1] or (edited and noisy[j + 1] != inputs[j + 1])
@@ -97,4 +100,4 @@ def block_rows(rows, B: int, block: int, mask: int, end: int, rng: random.Random
         attend[b, 0, range(N + n, W), range(N + n, W)] = True
         shape.append((N, n))
     return dict(ids=ids, pos=pos, mask=attend, target=target, weight=weight, ar_weight=ar_weight, masked=masked,
-                causal=False, layout=shape)
+                twin_at=twin_at, causal=False, layout=shape)

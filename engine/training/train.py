@@ -193,7 +193,31 @@ def loss_of(model: DiffusionLM, batch: dict, stats: dict | None = None) -> torch
     if "ar_weight" in batch and bool((batch["ar_weight"] > 0).any()):
         # Next-token loss on the causal context: its own mean, so the span keeps its weight.
         loss = loss + _weighted_ce(model, hidden, batch["target"], batch["ar_weight"])
+    if stats is not None and "twin_at" in batch:  # how often block decoding's verification would accept
+        with torch.no_grad():
+            b, j = batch["masked"].nonzero(as_tuple=True)
+            if b.numel():
+                noisy = model.lm_head(hidden[b, j]).argmax(-1)
+                clean = model.lm_head(hidden[b, batch["twin_at"][b, j]]).argmax(-1)
+                stats["agree"] = float((noisy == clean).float().mean())
+    if batch.get("consistency", 0.0) and "twin_at" in batch:
+        loss = loss + batch["consistency"] * _consistency(model, hidden, batch["twin_at"], batch["masked"])
     return loss
+
+
+def _consistency(model: DiffusionLM, hidden, twin_at, masked) -> torch.Tensor:
+    """Soft cross-entropy of each masked noisy position against the clean stream's prediction
+    of the same target, held fixed: the noisy block learns to say what the clean stream (the
+    model read causally, as the twin) would say there, and to be as sure only where it can be
+    (the clean stream sees the true text before the target; D2F's asymmetric distillation).
+    Block decoding's commits then agree with what verifying them accepts (blockwise.py)."""
+    b, j = masked.nonzero(as_tuple=True)
+    if b.numel() == 0:
+        return hidden.sum() * 0.0
+    student = model.lm_head(hidden[b, j]).float().log_softmax(-1)
+    with torch.no_grad():
+        teacher = model.lm_head(hidden[b, twin_at[b, j]]).float().softmax(-1)
+    return -(teacher * student).sum(-1).mean()
 
 
 def _weighted_ce(model: DiffusionLM, hidden, target, w, masked=None, certainty: float = 0.0,
@@ -324,7 +348,8 @@ def train(args) -> Path:
             began = time.time()
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, args.schedule, args.decay)
-            batch = dict(rows.batch(step), full=args.attention == "full", certainty=args.certainty)
+            batch = dict(rows.batch(step), full=args.attention == "full", certainty=args.certainty,
+                         consistency=args.consistency)
             stats: dict = {}
             loss = train_step(model, opt, batch, stats, bf16)
             step += 1
@@ -361,7 +386,7 @@ def start_model(args, tok, shape: dict) -> DiffusionLM:
 
 
 META = ("objective", "seq", "batch", "lr", "seed", "init", "steps", "attention", "context_ar", "optimizer",
-        "copy_share", "copy_anneal", "edit_share", "edit_rate", "block_share", "block_size", "certainty", "seq_warmup",
+        "copy_share", "copy_anneal", "edit_share", "edit_rate", "block_share", "block_size", "certainty", "consistency", "seq_warmup",
         "precision", "schedule", "decay", "mix", "distill", "distill_share")
 
 
@@ -501,6 +526,9 @@ def parser() -> argparse.ArgumentParser:
                         help="JSON lines of the twin's own spans (redraft train distill): sequence-level distillation")
     recipe.add_argument("--distill-share", type=float, default=0.5,
                         help="share of the rows drawn from --distill")
+    recipe.add_argument("--consistency", type=float, default=0.0,
+                        help="block-causal rows: weight of the soft cross-entropy of each masked noisy position "
+                             "against the clean stream's prediction of the same target (0 = off)")
     recipe.add_argument("--certainty", type=float, default=0.2,
                         help="diffusion: weight of the entropy penalty on masked positions already right")
     recipe.add_argument("--seq-warmup", type=int, default=0,

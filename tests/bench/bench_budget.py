@@ -26,14 +26,12 @@ import asyncio
 import json
 import random
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 from lsprotocol import types as T
-from pygls.lsp.client import LanguageClient
 
-from bench_lsp import CAPS, finish, timed_items  # this folder is on sys.path when run as a script
+from bench_lsp import busy, finish, started, timed_items  # this folder is on sys.path when run as a script
 
 LANGS = {"python": ".py", "typescript": ".ts", "go": ".go", "rust": ".rs"}
 MIN_CODE = 12
@@ -74,15 +72,7 @@ async def run_case(client, uri: str, lang: str, text: str, row: int, col: int) -
 
 
 async def run(args, cases: dict) -> dict:
-    client = LanguageClient("redraft-bench", "0")
-    await client.start_io(sys.executable, "-m", "redraft.server.cli", "serve")
-    await client.initialize_async(T.InitializeParams(capabilities=CAPS,
-                                                     initialization_options={"maxTime": args.max_time}))
-    client.initialized(T.InitializedParams())
-    for _ in range(1200):
-        if (await client.protocol.send_request_async("redraft/stats", None)).model is not None:
-            break
-        await asyncio.sleep(0.05)
+    client = await started({"maxTime": args.max_time})
     await run_case(client, "file:///bench/warmup.py", "python", "def add(a, b):\n    return a + b\n", 1, 10)
     out = {}
     for lang, picked in cases.items():
@@ -111,13 +101,8 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     cases = {lang: draw(sorted(Path(args.files).rglob(f"*{LANGS[lang]}")), args.cases, rng)
              for lang in args.langs.split(",")}
-    burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(args.busy)]
-    try:
+    with busy(args.busy):
         out = asyncio.run(run(args, cases))
-    finally:
-        for p in burners:
-            p.kill()
-            p.wait()
     out.update(busy=args.busy, max_time=args.max_time)
     print(f"maxTime {args.max_time} ms, {args.busy} busy processes; {out['budget_expired']} of "
           f"{out['requests']} requests cut by the budget; server side (arrival to answer) p50 "

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -109,6 +111,31 @@ async def replay(args) -> dict:
     cpu1, peak, stats = await finish(client, pid)
     return {"results": results, "cpu_s": cpu1 - cpu0, "peak_mib": peak, "server_stats": stats,
             "keystrokes": len(typed)}
+
+
+@contextlib.contextmanager
+def busy(n: int):
+    """n processes spinning on a CPU (`while 1: pass`) for the block's duration."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+
+
+async def started(init_options: dict, *serve_args: str) -> LanguageClient:
+    """A `redraft serve` over stdio, initialized with `init_options`, once its model is loaded."""
+    client = LanguageClient("redraft-bench", "0")
+    await client.start_io(sys.executable, "-m", "redraft.server.cli", "serve", *serve_args)
+    await client.initialize_async(T.InitializeParams(capabilities=CAPS, initialization_options=init_options))
+    client.initialized(T.InitializedParams())
+    for _ in range(1200):
+        if (await client.protocol.send_request_async("redraft/stats", None)).model is not None:
+            break
+        await asyncio.sleep(0.05)
+    return client
 
 
 async def finish(client, pid: int):

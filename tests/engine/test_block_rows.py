@@ -49,6 +49,10 @@ def test_rows_lay_out_a_clean_causal_stream_and_a_noisy_copy_in_blocks(tiny_corp
     for j in range(n):  # every hidden target is in the loss; a visible one is not
         hidden = j % 4 == 3 or j == n - 1 or noisy[j + 1] == mask
         assert bool(b["weight"][0, N + j] > 0) == hidden
+    # each noisy position is paired with the clean position that predicts the same target
+    twin = b["twin_at"][0]
+    assert twin[N:N + n].tolist() == list(range(first, first + n)) and bool((twin[:N] == -1).all())
+    assert b["target"][0, twin[N:N + n]].tolist() == b["target"][0, N:N + n].tolist()
     attend = b["mask"][0, 0]
     assert attend[N + 5, first + 3] and not attend[N + 5, first + 4]  # block 1 sees the clean stream before it
     assert attend[N + 5, N + 7] and not attend[N + 5, N + 8] and not attend[N + 5, N + 3]
@@ -93,3 +97,20 @@ def test_a_block_causal_run_trains_and_saves_its_block_size(tiny_corpus, tmp_pat
     assert cfg["attention_pattern"] == "block_causal" and cfg["redraft_block_size"] == 4
     log = json.loads((out / "last" / "train_state.json").read_text())["log"]
     assert log and all(torch.isfinite(torch.tensor(e["loss"])) for e in log if "loss" in e)
+
+
+def test_the_consistency_term_pulls_the_noisy_block_toward_the_clean_stream(tiny_corpus):
+    """With --consistency the loss grows by the soft cross-entropy against the clean stream's
+    prediction, which only the noisy positions' gradient sees; statistics say how often the two
+    agree."""
+    tok, model, ex = _setup(tiny_corpus, 4)
+    end, mask = tok.token_to_id(END), tok.token_to_id(MASK)
+    b = block_rows([ex], 1, 4, mask, end, random.Random(3))
+    stats: dict = {}
+    plain = train.loss_of(model, b, stats)
+    assert 0.0 <= stats["agree"] <= 1.0
+    with_term = train.loss_of(model, dict(b, consistency=1.0))
+    assert float(with_term) > float(plain)
+    model.zero_grad()
+    train._consistency(model, model(b["ids"], b["pos"], mask=b["mask"]), b["twin_at"], b["masked"]).backward()
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters())

@@ -41,7 +41,8 @@ def test_each_cached_step_gives_the_logits_of_the_whole_sequence(tiny_corpus, th
                                        with_kwargs=True)
     real_logits = model.logits
     with torch.inference_mode():
-        out = decode_blocks(model, batch, SamplerConfig(threshold=threshold), block=block, mask_id=cfg.mask_token_id,
+        out = decode_blocks(model, batch, SamplerConfig(threshold=threshold, verify_blocks=False), block=block,
+                            mask_id=cfg.mask_token_id,
                             end_ids=torch.tensor([-1]), pad_id=cfg.pad_token_id, banned=[], first_allowed={},
                             owners=[0])
     hook.remove()
@@ -65,6 +66,30 @@ def test_each_cached_step_gives_the_logits_of_the_whole_sequence(tiny_corpus, th
             whole = real_logits(model(ids[None], pos[None], mask=attend[None, None]))[0, C + s:]
             served = real_logits(hidden[:, T - block:])[0]
         torch.testing.assert_close(served, whole, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.5, 1.0])
+def test_verified_blocks_give_the_clean_streams_greedy_text(tiny_corpus, threshold):
+    """With verification every token is the one the clean stream (the context and the text so
+    far, causally, as the twin reads them) picks greedily, whatever the block committed: the
+    uncached sequence, decoded a token at a time, gives the same text."""
+    block = 4
+    tok, model = _model(tiny_corpus, block)
+    cfg = model.config
+    prefix = tok.encode(TEXT).ids
+    batch = make_batch([build_row(cfg, prefix, [], [], 13)], cfg.pad_token_id, "cpu")
+    with torch.inference_mode():
+        out = decode_blocks(model, batch, SamplerConfig(threshold=threshold, verify_blocks=True), block=block,
+                            mask_id=cfg.mask_token_id, end_ids=torch.tensor([-1]), pad_id=cfg.pad_token_id, banned=[],
+                            first_allowed={}, owners=[0])
+        ids = torch.cat([batch.ctx_ids[0], batch.act_ids[0, :1]])
+        pos = torch.cat([batch.ctx_pos[0], batch.act_pos[0, 0] + torch.arange(14)])
+        for _ in range(13):
+            n = ids.shape[0]
+            logits = model.logits(model(ids[None], pos[None, :n], mask=torch.ones(n, n, dtype=torch.bool).tril()[None, None]))
+            ids = torch.cat([ids, logits[0, -1].argmax()[None]])
+    assert out.x[0, 1:14].tolist() == ids[-13:].tolist()
+    assert out.forwards >= 13 / block + 1  # every block checked, the last by a forward of its own
 
 
 def test_the_commit_rule():
@@ -91,11 +116,13 @@ def test_the_engine_decodes_a_block_causal_checkpoint_several_tokens_a_forward(t
                 "--save-every", "2", "--threads", "1", "--precision", "fp32", "--shape", TINY_SHAPE])
     engine = Engine.load(out / "last", dtype="float32")
     assert engine.model_config.is_blockwise and engine.model_config.block_size == 4
-    eager = engine.infill(TEXT, "", sampler=engine.with_sampler(span=16, threshold=0.0, min_score=float("-inf")))
+    eager = engine.infill(TEXT, "", sampler=engine.with_sampler(span=16, threshold=0.0, min_score=float("-inf"),
+                                                                verify_blocks=False))
     assert eager.stats.forwards >= 1 and eager.stats.span_tokens >= 1
     # threshold 0: a block's positions all commit at once (an end token stops it early)
     assert eager.stats.forwards <= 4
     assert eager.stats.tokens_per_forward > 1 or eager.stats.span_tokens <= 4
-    one = engine.infill(TEXT, "", sampler=engine.with_sampler(span=16, threshold=1.0, min_score=float("-inf")))
+    one = engine.infill(TEXT, "", sampler=engine.with_sampler(span=16, threshold=1.0, min_score=float("-inf"),
+                                                              verify_blocks=False))
     assert one.stats.forwards == one.stats.span_tokens + (1 if one.stats.span_tokens < 16 else 0)
     assert not engine.info().scores_edits

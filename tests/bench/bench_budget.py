@@ -9,7 +9,8 @@ each language, --cases cursors are drawn from its files (seeded): a line with at
 characters of code, the cursor a third of the way into it, the rest of the line removed.
 Each case goes to one real `redraft serve` process over stdio as a new document: the first
 inlineCompletion request there is the cold one; then one keystroke (the first removed
-character) and a second request, the warm one; then didClose. With --busy N, N processes
+character) and a second request, the warm one; then didClose (`answered`: the cold requests
+that got an item). With --busy N, N processes
 spinning on a CPU (`while 1: pass`) run beside the server for the whole run (and are ended
 after it). Latency is the client's round trip (the budget counts from the request's
 arrival, so a request may not take longer than max_time plus the time the answer takes to
@@ -55,20 +56,20 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))] if s else 0.0
 
 
-async def run_case(client, uri: str, lang: str, text: str, row: int, col: int) -> tuple[float, float]:
-    """(cold ms, warm ms) of one case."""
+async def run_case(client, uri: str, lang: str, text: str, row: int, col: int) -> tuple[float, float, bool]:
+    """(cold ms, warm ms, whether the cold request got an item) of one case."""
     lines = text.split("\n")
     line = lines[row]
     lines[row] = line[:col]
     client.text_document_did_open(T.DidOpenTextDocumentParams(T.TextDocumentItem(uri, lang, 1, "\n".join(lines))))
-    cold, _, _ = await timed_items(client, uri, row, col)
+    cold, kind, _ = await timed_items(client, uri, row, col)
     ch = line[col]
     client.text_document_did_change(T.DidChangeTextDocumentParams(
         T.VersionedTextDocumentIdentifier(uri=uri, version=2),
         [T.TextDocumentContentChangePartial(range=T.Range(T.Position(row, col), T.Position(row, col)), text=ch)]))
     warm, _, _ = await timed_items(client, uri, row, col + 1)
     client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(uri)))
-    return cold, warm
+    return cold, warm, kind == "item"
 
 
 async def run(args, cases: dict) -> dict:
@@ -80,7 +81,8 @@ async def run(args, cases: dict) -> dict:
                  for i, (_, text, row, col) in enumerate(picked)]
         cold, warm = [t[0] for t in times], [t[1] for t in times]
         out[lang] = {"cases": len(times), "cold_p50": statistics.median(cold), "cold_p95": pct(cold, 0.95),
-                     "warm_p50": statistics.median(warm), "warm_p95": pct(warm, 0.95), "max": max(cold + warm)}
+                     "warm_p50": statistics.median(warm), "warm_p95": pct(warm, 0.95), "max": max(cold + warm),
+                     "answered": sum(t[2] for t in times)}
     _, _, stats = await finish(client, client._server.pid)
     out["budget_expired"], out["requests"] = stats.budget_expired, stats.requests
     lat = stats.engine_latency_ms  # the server's: arrival to answer, requests that waited for the engine
@@ -107,10 +109,12 @@ def main(argv=None) -> int:
     print(f"maxTime {args.max_time} ms, {args.busy} busy processes; {out['budget_expired']} of "
           f"{out['requests']} requests cut by the budget; server side (arrival to answer) p50 "
           f"{out['server_engine_ms']['p50']:.0f} ms, p95 {out['server_engine_ms']['p95']:.0f} ms")
-    print(f"{'language':<11} {'cases':>5} {'cold p50':>9} {'cold p95':>9} {'warm p50':>9} {'warm p95':>9} {'max':>7}")
+    print(f"{'language':<11} {'cases':>5} {'answered':>8} {'cold p50':>9} {'cold p95':>9} {'warm p50':>9} "
+          f"{'warm p95':>9} {'max':>7}")
     for lang in cases:
         r = out[lang]
-        print(f"{lang:<11} {r['cases']:>5} {r['cold_p50']:>9.0f} {r['cold_p95']:>9.0f} {r['warm_p50']:>9.0f} "
+        print(f"{lang:<11} {r['cases']:>5} {r['answered']:>8} {r['cold_p50']:>9.0f} {r['cold_p95']:>9.0f} "
+              f"{r['warm_p50']:>9.0f} "
               f"{r['warm_p95']:>9.0f} {r['max']:>7.0f}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")

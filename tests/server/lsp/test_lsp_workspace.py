@@ -78,3 +78,24 @@ async def test_folders_added_and_removed_later_are_indexed_and_forgotten(client:
     ws = await until(client, lambda ws: ws["ready"] and len(ws["roots"]) == 1)
     assert ws["roots"] == [str(other.resolve())] and ws["files"] == 2
     assert (await stats(client))["errors"] == 0
+
+
+async def test_hostile_folder_lists_are_bounded_and_never_leave_files(client: LanguageClient, tmp_path_factory):
+    """Thousands of folders, other schemes, files and missing paths: at most MAX_ROOTS real
+    folders are taken, the rest dropped, and the server keeps answering."""
+    many = tmp_path_factory.mktemp("many")
+    dirs = []
+    for i in range(40):
+        (many / f"d{i}").mkdir()
+        dirs.append(T.WorkspaceFolder(uri=(many / f"d{i}").as_uri(), name=str(i)))
+    (many / "file.py").write_text("x = 1\n")
+    junk = [T.WorkspaceFolder(uri=u, name="junk") for u in
+            ("http://evil.example/", "file:///nonexistent/here", (many / "file.py").as_uri(), "")] * 500
+    client.workspace_did_change_workspace_folders(T.DidChangeWorkspaceFoldersParams(
+        event=T.WorkspaceFoldersChangeEvent(added=junk + dirs, removed=[])))
+    ws = await until(client, lambda ws: ws["ready"] and ws["roots"] != [])
+    s = await stats(client)
+    assert s["errors"] == 0
+    assert len(ws["roots"]) <= 32 and all(r.startswith(str(many.resolve())) or "second" in r or "project" in r
+                                          for r in ws["roots"])
+    assert not any(r.endswith("file.py") or "nonexistent" in r for r in ws["roots"])

@@ -182,6 +182,11 @@ class SamplerConfig:
     draft_keep: float = 0.5
     draft_bonus: float = 0.0  # added to a seeded row's mean log-prob when candidates are compared
     accept_whole_drafts: bool = True  # a draft kept whole answers at once; the other candidates stop
+    # Rows without a draft stop once a finished draft row of their request leads them by this
+    # much (mean log-prob, its bonus counted): such a row scores at most 0, so it could only win
+    # if the draft's final rescoring fell by more than the margin (sampler.py, `_drop_beaten`).
+    # inf = never.
+    beaten_margin: float = 2.0
     # Abstain (empty text) when the winner's mean log-prob is below this: a wrong suggestion
     # costs the user more than none. -inf = always answer.
     min_score: float = float("-inf")

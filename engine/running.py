@@ -42,6 +42,7 @@ class Running:
     forwards: int = 0
     static_steps: int = 0
     hopeless: set[int] = field(default_factory=set)  # requests given up early: they abstain
+    beaten: int = 0  # plain rows dropped behind a finished draft (Denoiser._drop_beaten)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only `rows` (ascending indices, on the host) go on."""

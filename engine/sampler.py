@@ -46,7 +46,7 @@ from .ragged import Forward
 from .running import Denoised, Running, drain
 from .step import StepGraphs
 from .unmask import (best_rows_first_step, block_ends, commit_mask, cut_at_first_mask, defer_early_ends, fewer,
-                     fill_after_end, outside_block, span_positions, stop_finished_units)
+                     fill_after_end, mean_to_end, outside_block, span_positions, stop_finished_units)
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
@@ -218,6 +218,7 @@ class Denoiser:
         self._commit(st, b_idx, a_idx, picks, step, max_steps)
         if estimate is not None:
             self._give_up_hopeless(st, b_idx, a_idx, picks, estimate)
+        self._drop_beaten(st)
         self._stream(st)
         refresh = self.scfg.refresh_every
         if self.model.config.attention == "full" and bool(st.masked.any()) and refresh and st.steps % refresh == 0:
@@ -253,6 +254,32 @@ class Denoiser:
             req = st.alive[b]
             best[req] = max(best.get(req, -math.inf), score)
         self._give_up(st, {req for req, score in best.items() if score < bar})
+
+    def _drop_beaten(self, st: Running) -> None:
+        """Rows that cannot win stop costing forwards. A row without a draft scores its mean
+        log-prob, at most 0; a draft row scores its own plus `draft_bonus`. Once a draft row is
+        finished (nothing masked) and its mean log-prob at commit plus the bonus exceeds
+        `beaten_margin`, the unfinished plain rows of its request are dropped: to win, they
+        would need the draft's final rescoring to fall by more than that margin. (A draft
+        seeding the model kept its tokens because the model agreed; here the model's own
+        candidate, often a long block at one token a forward, ran on after it to lose.)"""
+        bonus, margin = self.scfg.draft_bonus, self.scfg.beaten_margin
+        if st.batch.B < 2 or bonus <= 0 or not math.isfinite(margin):
+            return
+        drafted = st.seeded.any(1).tolist()
+        unfinished = st.masked.any(1).tolist()
+        lead: dict[int, float] = {}
+        for b, req in enumerate(st.alive):
+            if drafted[b] and not unfinished[b]:
+                score = mean_to_end(st.logp[b], st.x[b], st.batch.rows[b].length, st.batch.span_at,
+                                    self.ends_host) + bonus
+                lead[req] = max(lead.get(req, -math.inf), score)
+        beaten = {b for b, req in enumerate(st.alive)
+                  if unfinished[b] and not drafted[b] and lead.get(req, -math.inf) > margin}
+        rows = fewer(set(range(st.batch.B)) - beaten, st.batch.B)
+        if rows is not None:
+            st.keep(rows)
+            st.beaten += len(beaten)
 
     def _give_up_unfinished(self, st: Running) -> None:
         """`give_up_after` steps are spent: every request with a row still masked abstains, or

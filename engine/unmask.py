@@ -29,6 +29,14 @@ def span_positions(batch: Batch) -> torch.Tensor:
     return span & batch.act_valid
 
 
+def mean_to_end(logp: torch.Tensor, x: torch.Tensor, length: int, at: int, ends: torch.Tensor) -> float:
+    """One row's mean log-prob over its span [at, at + length) up to and including its first
+    end token."""
+    hits = torch.isin(x[at:at + length], ends).nonzero()
+    n = int(hits[0]) + 1 if hits.numel() else length
+    return float(logp[at:at + n].mean()) if n else 0.0
+
+
 def fewer(keep: set[int], B: int) -> torch.Tensor | None:
     """The rows to keep as an ascending index, or None when that is every row."""
     return None if len(keep) == B else torch.tensor(sorted(keep), dtype=torch.long)

@@ -32,6 +32,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--threshold", type=float, default=None, metavar="P",
                     help="the diffusion model's commit threshold (the server's `threshold` setting; default: the "
                          "model's own): a masked position commits once its probability reaches P")
+    ei.add_argument("--context-tokens", type=int, default=None, metavar="N",
+                    help="the prefix + suffix window budget in tokens (the server's `contextTokens` setting; "
+                         "default the server's, capped by what the model was trained on)")
     ei.add_argument("--verify-blocks", action="store_true",
                     help="block-causal models: check each committed block against the clean stream "
                          "(engine/blockwise.py; the text is then the clean stream's greedy decoding)")
@@ -92,8 +95,11 @@ def _eval_infill(args) -> int:
     twin = None if args.twin is None else load_engine(argparse.Namespace(**{**vars(args), "model": args.twin}))
     if args.threshold is not None and not 0.0 <= args.threshold <= 1.0:
         raise UserError(f"--threshold must be in [0, 1], got {args.threshold}")
+    if args.context_tokens is not None and args.context_tokens < 16:
+        raise UserError(f"--context-tokens must be at least 16, got {args.context_tokens}")
+    window = {} if args.context_tokens is None else {"context_tokens": args.context_tokens}
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on",
-                          threshold=args.threshold)
+                          threshold=args.threshold, **window)
     rep = None
     for one in (engine, twin) if twin is not None else (engine,):
         if one is not None:

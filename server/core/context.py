@@ -282,11 +282,23 @@ def take_snapshot(doc: Document, row: int, col: int, config: ServerConfig, extra
                     in_string=in_string, in_comment=in_comment, quote=quote, scope=scope)
 
 
+# Post-processing judges a completion in windows of at least this many tokens (estimated from
+# characters; the `contextTokens` setting where larger): the model's window is sized for encode
+# time and may end inside the list a completion opens, which would then read as an error.
+CHECK_TOKENS = 1024
+
+
+def check_tokens(config: ServerConfig) -> int:
+    """The budget of the windows post-processing judges completions in (pipeline.document_windows)."""
+    return max(config.context_tokens, CHECK_TOKENS)
+
+
 def snapshot_lines(config: ServerConfig) -> int:
     """Lines each side of the cursor a snapshot keeps: more than `build` can take, which is whole
     lines of at least one character (1 / CHARS_PER_TOKEN tokens by its estimate) within the
-    context budget, plus the cursor line's part and a last line without a terminator."""
-    return int(config.context_tokens * CHARS_PER_TOKEN) + 2
+    largest budget (the check windows'), plus the cursor line's part and a last line without a
+    terminator."""
+    return int(check_tokens(config) * CHARS_PER_TOKEN) + 2
 
 
 DRAFT_CONTEXT_LINES = 8  # lines above the cursor a draft's match may reach back into
@@ -456,9 +468,15 @@ def _grid(cut: int) -> int:
     return -(-max(cut, 0) // CUT_GRID) * CUT_GRID
 
 
+def window_tokens(config: ServerConfig, limit: int | None = None) -> int:
+    """The context a request may carry, in tokens: the `contextTokens` setting within `limit`
+    (the engine's `context_budget`, what the model was trained on), None: no model's limit."""
+    return config.context_tokens if limit is None else min(config.context_tokens, limit)
+
+
 def build(snap: Snapshot, count: Callable[[str], int], limit: int | None = None) -> Context:
     cfg = snap.config
-    total = cfg.context_tokens if limit is None else min(cfg.context_tokens, limit)  # limit: the model's
+    total = window_tokens(cfg, limit)
     extra = snap.extra
     if extra:
         used = count(extra)

@@ -229,6 +229,11 @@ class RemoteEngine:
         self._info = wire.decode_info(self._call("GET", wire.INFO, None))
         return self._info
 
+    @property
+    def known(self) -> bool:
+        """Whether its /info was read already (then asking for budgets sends nothing)."""
+        return self._info is not None
+
     def _known(self) -> wire.RemoteInfo:
         return self._info if self._info is not None else self.connect()
 

@@ -36,7 +36,7 @@ from typing import Callable
 
 from ..core import drafts as draft_index
 from ..core import extra, nextedit, settings
-from ..core.context import Copies, Mode, Snapshot, copies, take_snapshot
+from ..core.context import Copies, Mode, Snapshot, copies, take_snapshot, window_tokens
 from ..core.document import Document, body, utf16_len
 from ..core.inference import (EDIT_PREFIX_CHARS, EDIT_SUFFIX_CHARS, Answer, Inference, answer_from_drafts,
                               can_judge_edits)
@@ -315,13 +315,23 @@ class Session:
             st.shown = Suggestion(snap.row, snap.left, snap.right, snap.nlines, answer.edit)
         return answer
 
+    def _context_limit(self) -> int | None:
+        """The loaded engine's context budget for the longest span (as pipeline.run_engine asks
+        it), None before one is loaded."""
+        engine = self.inference.engine
+        if engine is None or (isinstance(engine, RemoteEngine) and not engine.known):  # never a call from here
+            return None
+        return engine.context_budget(max(self.config.line_tokens, self.config.block_tokens))
+
     def _enrich(self, st: DocState, snap: Snapshot) -> Snapshot:
         """The snapshot with extra context and drafts, looked up while the documents are current."""
         cfg = self.config
         more = ""
         if cfg.extra_context:
             others = [o.doc for u, o in self.docs.items() if u != snap.uri]
-            budget = int(cfg.context_tokens * cfg.extra_share * 3)  # chars; build() checks tokens
+            # chars, for the window the engine will take (build() then checks tokens): built for
+            # the setting alone, a model's smaller window dropped the whole segment as too long
+            budget = int(window_tokens(cfg, self._context_limit()) * cfg.extra_share * 3)
             more = extra.build(st.doc, others, st.history.recent(), snap.row, snap.col, budget, self.definitions)
         if cfg.drafts == "off" and not cfg.cache:
             return replace(snap, extra=more)

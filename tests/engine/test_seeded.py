@@ -138,3 +138,16 @@ def test_a_whole_draft_leaves_the_other_requests_of_a_batch_alone(engines, famil
     out = engine.infill_batch([drafted] + [InfillRequest(p, s) for p, s in prompts], sampler=scfg)
     assert out[0].text == "a + b" and out[0].stats.draft == 0
     assert [c.token_ids for c in out[1:]] == alone
+
+
+def test_plain_rows_stop_once_a_finished_draft_leads_them_beyond_reach(shipped):
+    """The all-mask row runs on only while it could still win: once the draft row is finished
+    and leads by more than `beaten_margin` (its bonus counted), it stops; the answer is the same."""
+    scfg = shipped.config.sampler.with_(span=16, draft_bonus=5.0, **SURE)
+    never = shipped.infill(PREFIX, SUFFIX, drafts=["or;"], sampler=scfg.with_(beaten_margin=float("inf")))
+    out = shipped.infill(PREFIX, SUFFIX, drafts=["or;"], sampler=scfg)
+    assert never.text == out.text == "or:" and never.stats.draft == out.stats.draft == 0
+    assert out.stats.steps < never.stats.steps and out.stats.forwards < never.stats.forwards
+    # Without a bonus a draft row has no lead a plain row cannot close: both run to the end.
+    even = shipped.infill(PREFIX, SUFFIX, drafts=["or;"], sampler=scfg.with_(draft_bonus=0.0))
+    assert even.stats.steps == never.stats.steps

@@ -35,6 +35,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--context-tokens", type=int, default=None, metavar="N",
                     help="the prefix + suffix window budget in tokens (the server's `contextTokens` setting; "
                          "default the server's, capped by what the model was trained on)")
+    ei.add_argument("--spans", choices=("kind", "server"), default="kind",
+                    help="span budgets: each kind's, with room for its whole expected text (default), or "
+                         "the server's own (lineTokens 16, blockTokens 48), as users get them")
     ei.add_argument("--verify-blocks", action="store_true",
                     help="block-causal models: check each committed block against the clean stream "
                          "(engine/blockwise.py; the text is then the clean stream's greedy decoding)")
@@ -104,7 +107,7 @@ def _eval_infill(args) -> int:
     for one in (engine, twin) if twin is not None else (engine,):
         if one is not None:
             one.with_sampler(seed=args.seed, verify_blocks=args.verify_blocks)
-        outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace)
+        outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace, spans=args.spans)
         r = report("drafts" if one is None else one.name, sources, args.seed, outcomes, args.drafts,
                    args.workspace, args.names == "on")
         rep = r if rep is None else with_twin(rep, r)

@@ -6,7 +6,9 @@ snapshot and context windows (context.py), drafts from the same document (drafts
 `inference.answer` (engine call with the unit-end stop, post-processing). The unit is
 set by the sample's kind rather than detected (rest_of_line, next_line and node use the
 LINE unit, block the BLOCK unit with the sample's header indentation), so every sample is
-answered or abstained on. `drafts` picks the mode: "seeded" (the server's default: drafts
+answered or abstained on. Its span budget is the kind's (samples.SPAN_BUDGET, room for the
+whole expected text of a long block) unless `spans` is "server": then the server's own
+(`lineTokens`, `blockTokens`), what users get, a long block then cut where the budget ends. `drafts` picks the mode: "seeded" (the server's default: drafts
 seed the model's candidates), "only" (the best draft, no model) or "off" (model alone).
 The result (post-processed text, "" when nothing is shown) is checked for new parse errors
 (syntax.py) and scored (metrics.py). Every sample is also answered by the plain-copy
@@ -79,11 +81,14 @@ class Scored:
     copy: Scored | None = None  # the plain-copy baseline on the same sample
 
 
-def snapshot(source: Source, sample: Sample, config: ServerConfig):
+def snapshot(source: Source, sample: Sample, config: ServerConfig, spans: str = "kind"):
     """The server's snapshot for a sample: a document without the removed region, the cursor
-    at its start, the unit set by the kind, drafts looked up in the same document."""
+    at its start, the unit set by the kind, drafts looked up in the same document. `spans`:
+    "kind", the span budget of the sample's kind (SPAN_BUDGET: room for the whole expected
+    text), or "server", the config's own `line_tokens` / `block_tokens`, as the server asks."""
     prefix, suffix = sample.split(source.text)
-    kind_cfg = replace(config, line_tokens=SPAN_BUDGET[sample.kind], block_tokens=SPAN_BUDGET[sample.kind])
+    kind_cfg = config if spans == "server" else replace(config, line_tokens=SPAN_BUDGET[sample.kind],
+                                                         block_tokens=SPAN_BUDGET[sample.kind])
     mode = MODE_OF_KIND[sample.kind]
     header = " " * max(sample.header_indent, 0) if mode is Mode.BLOCK else None
     uri = URI.rsplit(".", 1)[0] + source.path[source.path.rfind("."):]  # the file's language, by its extension
@@ -92,11 +97,11 @@ def snapshot(source: Source, sample: Sample, config: ServerConfig):
 
 
 def answer_sample(engine, source: Source, sample: Sample, config: ServerConfig,
-                  workspace: Workspace | None = None) -> Answer:
+                  workspace: Workspace | None = None, spans: str = "kind") -> Answer:
     """One sample through the server's path; the drafts lookup is timed with the request.
     With a `workspace` (the other files of the sample's package), drafts come from its files
     nearest the sample's too, as the server's do when the client names a root folder."""
-    snap, doc = snapshot(source, sample, config)
+    snap, doc = snapshot(source, sample, config, spans)
     index = DraftIndex(doc.lines)  # the server keeps this up to date as edits arrive: not timed
     t0 = time.perf_counter()
     near = [] if workspace is None else workspace.nearest(_path(source))
@@ -124,27 +129,28 @@ def score(source: Source, sample: Sample, raw: str, stats=None, errors_before: i
         stats=stats, abstained=abstained, source=source_name)
 
 
-def copy_sample(source: Source, sample: Sample, config: ServerConfig) -> Answer:
+def copy_sample(source: Source, sample: Sample, config: ServerConfig, spans: str = "kind") -> Answer:
     """The plain-copy baseline's answer (baseline.py) at the same cursor, same unit."""
-    snap, _ = snapshot(source, sample, config)
+    snap, _ = snapshot(source, sample, config, spans)
     return copy_answer(snap, source.text[:sample.start], source.text[sample.end:])
 
 
 def score_sample(engine, source: Source, sample: Sample, config: ServerConfig,
-                 errors_before: int | None = None, workspace: Workspace | None = None) -> Scored:
+                 errors_before: int | None = None, workspace: Workspace | None = None, spans: str = "kind") -> Scored:
     """The mode's answer scored, with the copy baseline's scored beside it (the baseline copies
     from the same file only, workspace or not)."""
     def scored(a: Answer) -> Scored:
         text = "" if a.edit is None else a.edit.text
         return score(source, sample, text, a.stats, errors_before, a.edit is None,
                      a.source if a.edit is not None else "")
-    out = scored(answer_sample(engine, source, sample, config, workspace))
-    out.copy = scored(copy_sample(source, sample, config))
+    out = scored(answer_sample(engine, source, sample, config, workspace, spans))
+    out.copy = scored(copy_sample(source, sample, config, spans))
     return out
 
 
 def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, config: ServerConfig,
-        on_outcome: Callable[[Scored], None] | None = None, workspace: bool = False) -> dict[str, list[Scored]]:
+        on_outcome: Callable[[Scored], None] | None = None, workspace: bool = False,
+        spans: str = "kind") -> dict[str, list[Scored]]:
     """Draw `limit` samples per kind, complete and score each; outcomes per kind. With
     `workspace`, each sample's drafts also come from the other files of its package (the
     first folder of its path)."""
@@ -152,7 +158,7 @@ def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, 
     drawn = {kind: draw(sources, kind, limit, seed) for kind in kinds}
     first = next((s for k in kinds for s in drawn[k]), None)
     if first is not None:  # warm-up: the first request pays one-time costs; not counted
-        answer_sample(engine, sources[first.file], first, config)
+        answer_sample(engine, sources[first.file], first, config, spans=spans)
     errors: dict[int, int] = {}  # parse errors of each original file, counted once
     out: dict[str, list[Scored]] = {}
     for kind in kinds:
@@ -161,7 +167,7 @@ def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, 
             src = sources[sample.file]
             if sample.file not in errors:
                 errors[sample.file] = syntax.count_errors(src.text)
-            o = score_sample(engine, src, sample, config, errors[sample.file], spaces.get(_package(src)))
+            o = score_sample(engine, src, sample, config, errors[sample.file], spaces.get(_package(src)), spans)
             out[kind].append(o)
             if on_outcome is not None:
                 on_outcome(o)

@@ -212,6 +212,20 @@ def test_causal_models_stop_at_the_end_of_the_unit(sources, ar_engine):
     assert fewer > 0
 
 
+def test_spans_are_the_kinds_or_the_servers(sources, ar_engine):
+    """spans "kind" gives each kind room for its whole expected text; "server" asks for what
+    the server asks (lineTokens / blockTokens): a block then ends within its 48 tokens."""
+    config = ServerConfig(drafts="off")
+    blocks = samples.draw(sources, "block", 5, 0)
+    assert blocks
+    for s in blocks:
+        src = sources[s.file]
+        assert snapshot(src, s, config)[0].config.block_tokens == samples.SPAN_BUDGET["block"]
+        assert snapshot(src, s, config, "server")[0].config.block_tokens == config.block_tokens
+        short = answer_sample(ar_engine, src, s, config, spans="server")
+        assert short.stats.span_tokens <= config.block_tokens < samples.SPAN_BUDGET["block"]
+
+
 def test_score_and_summary():
     src = samples.Source("a.py", "def f(x):\n    return x + 1\n")
     start = src.text.index("x + 1")

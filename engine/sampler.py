@@ -262,18 +262,21 @@ class Denoiser:
         `beaten_margin`, the unfinished plain rows of its request are dropped: to win, they
         would need the draft's final rescoring to fall by more than that margin. (A draft
         seeding the model kept its tokens because the model agreed; here the model's own
-        candidate, often a long block at one token a forward, ran on after it to lose.)"""
+        candidate, often a long block at one token a forward, ran on after it to lose.) Draft
+        rows whose estimate (`_give_up_hopeless`'s) trailed a finished one by the margin were
+        dropped too in a trial: no forward fewer on the validation packages, so they run on."""
         bonus, margin = self.scfg.draft_bonus, self.scfg.beaten_margin
         if st.batch.B < 2 or bonus <= 0 or not math.isfinite(margin):
             return
         drafted = st.seeded.any(1).tolist()
         unfinished = st.masked.any(1).tolist()
-        lead: dict[int, float] = {}
+        at, lead = st.batch.span_at, {}
         for b, req in enumerate(st.alive):
-            if drafted[b] and not unfinished[b]:
-                score = mean_to_end(st.logp[b], st.x[b], st.batch.rows[b].length, st.batch.span_at,
-                                    self.ends_host) + bonus
+            if drafted[b] and not unfinished[b] and req not in st.hopeless:
+                score = mean_to_end(st.logp[b], st.x[b], st.batch.rows[b].length, at, self.ends_host) + bonus
                 lead[req] = max(lead.get(req, -math.inf), score)
+        if not lead:
+            return
         beaten = {b for b, req in enumerate(st.alive)
                   if unfinished[b] and not drafted[b] and lead.get(req, -math.inf) > margin}
         rows = fewer(set(range(st.batch.B)) - beaten, st.batch.B)

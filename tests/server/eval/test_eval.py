@@ -299,6 +299,8 @@ def test_eval_infill_user_errors(folder, tmp_path):
     assert out.returncode == 2 and "no readable *.py files" in out.stderr
     out = redraft("eval", "infill", "--files", str(folder), "--model", str(tmp_path))
     assert out.returncode == 2 and "config.json" in out.stderr and "Traceback" not in out.stderr
+    out = redraft("eval", "infill", "--files", str(folder), "--context-tokens", "5")
+    assert out.returncode == 2 and "--context-tokens must be at least 16" in out.stderr
 
 
 def test_eval_next_edit_json(folder, tmp_path_factory):

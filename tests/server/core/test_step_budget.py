@@ -29,3 +29,18 @@ def test_a_line_gives_up_after_its_steps_and_a_block_does_not(tiny_model):
     assert snap.mode is Mode.BLOCK
     got = answer(engine, snap, sampler=abstains)
     assert got.ran_model and got.stats.steps > LINE_STEPS
+
+
+def test_the_rest_of_a_line_after_a_completed_name_has_a_smaller_budget(tiny_model):
+    """The model's line made an unknown word of the typed `wid`: the name is completed from the
+    file and the model writes the rest after it, within NAME_REST_STEPS (the name alone is
+    already an answer), not a second LINE_STEPS."""
+    from redraft.server.core.pipeline import NAME_REST_STEPS
+    engine = Engine.load(str(tiny_model), device="cpu", dtype="float32")
+    text = "def area(width_of_box, height):\n    return width_of_box * height + wid"
+    snap, _ = text_snapshot("file:///n.py", text, len(text), ServerConfig(drafts="off", line_tokens=16,
+                                                                          block_tokens=16), "python")
+    assert snap.mode is Mode.LINE
+    got = answer(engine, snap, sampler=engine.sampler.with_(min_score=-1e9))
+    assert got.source == "name" and got.edit is not None and got.edit.text.startswith("th_of_box")
+    assert got.stats.steps == NAME_REST_STEPS < LINE_STEPS

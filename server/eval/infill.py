@@ -8,8 +8,9 @@ set by the sample's kind rather than detected (rest_of_line, next_line and node 
 LINE unit, block the BLOCK unit with the sample's header indentation), so every sample is
 answered or abstained on. Its span budget is the kind's (samples.SPAN_BUDGET, room for the
 whole expected text of a long block) unless `spans` is "server": then the server's own
-(`lineTokens`, `blockTokens`), what users get, a long block then cut where the budget ends. `drafts` picks the mode: "seeded" (the server's default: drafts
-seed the model's candidates), "only" (the best draft, no model) or "off" (model alone).
+(`lineTokens`, `blockTokens`), what users get, a long block then cut where the budget ends.
+`drafts` picks the mode: "seeded" (the server's default: drafts seed the model's candidates),
+"only" (the best draft, no model) or "off" (model alone).
 The result (post-processed text, "" when nothing is shown) is checked for new parse errors
 (syntax.py) and scored (metrics.py). Every sample is also answered by the plain-copy
 baseline (baseline.py: the longest earlier match in the same document, continued and

@@ -108,7 +108,8 @@ def _config_json(folder: Path) -> dict:
 # The sampler settings a checkpoint may ship, and their bounds: a span past the server's largest
 # budget (block_tokens) would only make every request slower and larger.
 MAX_SAMPLER_TOKENS = 1024
-_SAMPLER_COUNTS = ("span", "tokens_per_step", "max_steps", "refresh_every", "block_size", "give_up_after")
+_SAMPLER_COUNTS = ("span", "tokens_per_step", "max_steps", "refresh_every", "block_size", "give_up_after",
+                   "window_refresh")
 
 
 def read_sampler_defaults(folder: Path) -> dict:

@@ -174,6 +174,13 @@ class SamplerConfig:
     end_fills_rest: bool = True  # once an end token is committed, positions after it become padding
     end_in_order: bool = True  # an end token is committed only after every position before it
     block_size: int = 0  # > 0: semi-autoregressive blocks of this many tokens, left to right
+    # Span windows ("context_causal" models; sampler.py, `_window`): after a forward over the
+    # whole span, a step runs only the positions from the first one whose input changed since
+    # it last ran to the open block's end; the rest of the span keeps the keys/values of its
+    # last forward (Fast-dLLM's approximate cache). `window_refresh` R > 0: every R-th step
+    # runs the whole span again; 0 = only the first.
+    span_window: bool = False
+    window_refresh: int = 0
     heal: bool = True  # token healing when the prefix ends inside a token
     # Judging a seeded draft token: "keep" keeps it when the model gives it at least `draft_keep`;
     # "override" keeps it unless the model gives another token at least `draft_keep` (the draft
@@ -255,6 +262,10 @@ class SamplerConfig:
             raise ValueError("temperature must be a finite number >= 0")
         if any(n < 1 for n in self.lengths):
             raise ValueError("span lengths must be >= 1")
+        if not isinstance(self.span_window, bool):
+            raise ValueError(f"span_window must be true or false, got {self.span_window!r}")
+        if self.window_refresh < 0:
+            raise ValueError("window_refresh must be >= 0")
         if self.lookup_tokens < 1:
             raise ValueError("lookup_tokens must be >= 1")
         if not 1 <= self.lookup_ngram <= 3:

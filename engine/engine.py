@@ -346,7 +346,8 @@ class Engine:
                         span_tokens=len(c.token_ids), steps=out.steps, forwards=out.forwards, rows=out.rows_run,
                         tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
                         total_ms=total_ms, drafts=drafts, draft=source,
-                        draft_kept=0 if out.kept is None else int(out.kept[r]))
+                        draft_kept=0 if out.kept is None else int(out.kept[r]),
+                        window_steps=out.window_steps, positions=out.positions)
         return c
 
     @torch.inference_mode()

@@ -23,6 +23,8 @@ class Stats:
     draft: int = -1  # index of the draft whose row won; -1: the plain all-mask row
     draft_kept: int = 0  # draft tokens the winning row kept (the rest were re-masked and denoised)
     cache_queries: int = 0  # text lookups the cache model made for this request (0: no cache)
+    window_steps: int = 0  # denoising steps that ran a span window, not the whole span (sampler.py)
+    positions: int = 0  # span positions the forwards ran, every row counted (diffusion; 0 otherwise)
 
     @property
     def tokens_per_forward(self) -> float:

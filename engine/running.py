@@ -38,6 +38,14 @@ class Running:
     alive: list[int]  # request index of each row
     hidden: torch.Tensor | None = None  # [B, A, E] the next step's hidden states, when already computed
     static: StaticStep | None = None  # the static step loaded with these rows
+    # Span windows (sampler.py, `_window`): the inputs each span position had when it last ran
+    # (host), and each masked position's latest pick and its log-prob, for the estimates.
+    ran: torch.Tensor | None = None  # [B, A]; None until a forward ran the whole span
+    guess: torch.Tensor | None = None  # [B, A] token
+    guess_logp: torch.Tensor | None = None  # [B, A]
+    since_full: int = 0  # steps since the last forward over the whole span
+    window_steps: int = 0  # steps that ran a window
+    positions: int = 0  # span positions run by every forward (a whole span counts A a row)
     steps: int = 0
     forwards: int = 0
     static_steps: int = 0
@@ -49,7 +57,8 @@ class Running:
         self.batch = self.batch.select(rows)
         self.kv.select_rows(rows)
         self.alive = [self.alive[b] for b in rows.tolist()]
-        for name in ("kvalid", "x", "masked", "seeded", "conf", "logp", "kept", "hidden"):
+        for name in ("kvalid", "x", "masked", "seeded", "conf", "logp", "kept", "hidden", "ran", "guess",
+                     "guess_logp"):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t[rows.to(t.device)])
@@ -77,6 +86,8 @@ class Denoised:
     static_steps: int = 0  # steps run by the static (graph-captured on CUDA) step
     hopeless: set[int] = field(default_factory=set)  # requests given up early: they abstain
     reused_by: dict[int, int] = field(default_factory=dict)  # request -> context tokens reused (`reuses`)
+    window_steps: int = 0  # steps that ran a span window alone
+    positions: int = 0  # span positions every forward ran, summed
 
 
 T = TypeVar("T")

@@ -142,7 +142,8 @@ class Denoiser:
             score = yield from self._final_scores(st, rescore=denoised)
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
-                        st.kept, score, st.static_steps, st.hopeless, dict(self.reused_by))
+                        st.kept, score, st.static_steps, st.hopeless, dict(self.reused_by), st.window_steps,
+                        st.positions)
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -206,7 +207,14 @@ class Denoiser:
             # sixth of a CPU step over a 16-token span, runs on the block's positions alone.
             inside = a_idx < block_ends(st.masked, st.batch.span_at, self.scfg.block_size)[b_idx]
             b_idx, a_idx = b_idx[inside], a_idx[inside]
-        picks = yield from self._pick(st, b_idx, a_idx, gen)
+        window = self._window(st)
+        if window is not None:  # picks only where the window's outputs land
+            lo, hi = window[0] + self._shift, window[1] + self._shift
+            inside = (a_idx >= lo) & (a_idx < hi)
+            b_idx, a_idx = b_idx[inside], a_idx[inside]
+        picks = yield from self._pick(st, b_idx, a_idx, gen, window)
+        if st.guess is not None:
+            st.guess[b_idx, a_idx], st.guess_logp[b_idx, a_idx] = picks.tokens, picks.top_logp
         st.forwards += 1
         st.steps += 1
         if self.scfg.end_in_order:
@@ -241,6 +249,8 @@ class Denoiser:
         ends the unit, the padding after it counting 0 as in the final score), plus the draft
         bonus for seeded rows."""
         est, tok = st.logp.clone(), st.x.clone()
+        if st.guess is not None:  # positions outside a window: their latest picks
+            est[st.masked], tok[st.masked] = st.guess_logp[st.masked], st.guess[st.masked]
         est[b_idx, a_idx], tok[b_idx, a_idx] = picks.top_logp, picks.tokens
         ends, at = torch.isin(tok, self.ends_host), st.batch.span_at
         best: dict[int, float] = {}
@@ -313,9 +323,55 @@ class Denoiser:
                     return k
         return None
 
-    def _pick(self, st: Running, b_idx, a_idx, gen) -> Generator[Forward, None, Picks]:
+    def _window(self, st: Running) -> tuple[int, int] | None:
+        """The span positions [lo, hi) this step runs (`SamplerConfig.span_window`), or None for
+        the whole span. Positions before the open block that committed a token since they last
+        ran run again, so the block sees them as committed; positions after it keep the keys
+        of their last forward (still masks; their keys go stale as text to their left is
+        committed: Fast-dLLM's approximate cache, which its authors found nearly as good as
+        recomputing). Only a "context_causal" model's span attends both ways over cached
+        context, so only it has a window; the static step runs whole spans."""
+        scfg = self.scfg
+        if (not scfg.span_window or st.ran is None or self.model.config.attention != "context_causal"
+                or self.steps is not None or st.hidden is not None):
+            return None
+        if scfg.window_refresh and st.since_full + 1 >= scfg.window_refresh:
+            return None
+        live = st.masked.any(1)
+        if not bool(live.any()):
+            return None
+        A, s = st.x.shape[1], self._shift
+        idx = torch.arange(A)
+        first = torch.where(st.masked, idx, A).min(1).values[live]
+        changed = torch.where(st.x != st.ran, idx, A).min(1).values[live]
+        lo = int(torch.minimum(first - s, changed).min().clamp_min(0))
+        if scfg.block_size:
+            hi = int(block_ends(st.masked, st.batch.span_at, scfg.block_size)[live].max()) - s
+        else:
+            hi = A - s
+        return lo, min(max(hi, lo + 1), A)
+
+    def _pick(self, st: Running, b_idx, a_idx, gen, window: tuple[int, int] | None = None
+              ) -> Generator[Forward, None, Picks]:
         """Picks at the masked positions (b_idx, a_idx): from hidden states already computed,
-        the static step, or a forward over the active block (yielded: see ragged.py)."""
+        the static step, or a forward over the active block or a window of it (yielded: see
+        ragged.py)."""
+        if window is not None:
+            lo, hi = window
+            part = yield from self._forward(st.x, st.batch, st.kv, st.kvalid, window)
+            hidden = part.new_zeros(part.shape[0], st.x.shape[1], part.shape[2])
+            hidden[:, lo:hi] = part
+            st.ran[:, lo:hi] = st.x[:, lo:hi]
+            st.since_full += 1
+            st.window_steps += 1
+            st.positions += part.shape[0] * (hi - lo)
+            return self._choose_rows(hidden, b_idx, a_idx, st, gen)
+        if self.scfg.span_window and st.hidden is None and self.steps is None:
+            # this step runs the whole span: everything runs with today's inputs
+            st.ran, st.since_full = st.x.clone(), 0
+            if st.guess is None:
+                st.guess = torch.full(st.x.shape, self._mask_id, dtype=torch.long)
+                st.guess_logp = torch.zeros(st.x.shape, dtype=torch.float32)
         hidden, st.hidden = st.hidden, None
         if hidden is None and self.steps is not None and self.scfg.temperature == 0 and not self.caches:
             if st.static is None:
@@ -328,12 +384,21 @@ class Denoiser:
             return picks
         if hidden is None:
             hidden = yield from self._forward(st.x, st.batch, st.kv, st.kvalid)
+            st.positions += st.x.numel()
         return self._choose_rows(hidden, b_idx, a_idx, st, gen)
 
-    def _forward(self, x, batch: Batch, kv: KVCache, kvalid) -> Generator[Forward, None, torch.Tensor]:
-        """The active block's hidden states over the cached context: the forward is yielded
-        first, so a scheduler can run it in one pass with other runs' (ragged.py); run here
-        when it was not."""
+    def _forward(self, x, batch: Batch, kv: KVCache, kvalid,
+                 window: tuple[int, int] | None = None) -> Generator[Forward, None, torch.Tensor]:
+        """The active block's hidden states over the cached context, or those of its positions
+        [lo, hi) (`window`), which write their keys/values in place and attend to the whole
+        span's: the forward is yielded first, so a scheduler can run it in one pass with other
+        runs' (ragged.py); run here when it was not."""
+        if window is not None:
+            lo, hi = window
+            forward = Forward(self.model, x[:, lo:hi].to(batch.act_ids.device), batch.act_pos[:, lo:hi], kv,
+                              batch.C + lo, kvalid, keys=batch.C + batch.A)
+            yield forward
+            return forward.hidden if forward.hidden is not None else forward.run()
         forward = Forward(self.model, x.to(batch.act_ids.device), batch.act_pos, kv, batch.C, kvalid)
         yield forward
         return forward.hidden if forward.hidden is not None else forward.run()

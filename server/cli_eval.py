@@ -29,6 +29,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--twin", default=None, metavar="MODEL",
                     help="also run this model (e.g. redraft-ar) on the same samples with the same settings, "
                          "and report it beside the model: generate time as a ratio, quality in points")
+    ei.add_argument("--twin-lookup", choices=("on", "off"), default="on",
+                    help="the causal twin verifies drafts by prompt-lookup decoding (on, as served) or decodes "
+                         "token by token (off: plain autoregressive decoding, for 'model alone' figures)")
     ei.add_argument("--threshold", type=float, default=None, metavar="P",
                     help="the diffusion model's commit threshold (the server's `threshold` setting; default: the "
                          "model's own): a masked position commits once its probability reaches P")
@@ -41,6 +44,11 @@ def eval_parser(sub) -> None:
     ei.add_argument("--verify-blocks", action="store_true",
                     help="block-causal models: check each committed block against the clean stream "
                          "(engine/blockwise.py; the text is then the clean stream's greedy decoding)")
+    ei.add_argument("--span-window", choices=("on", "off"), default=None,
+                    help="diffusion steps run only the open block's window of the span, the rest keeping "
+                         "the keys/values of its last forward (default: the model's own setting)")
+    ei.add_argument("--window-refresh", type=int, default=None, metavar="R",
+                    help="with span windows, every R-th step runs the whole span again (0: only the first)")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -100,13 +108,21 @@ def _eval_infill(args) -> int:
         raise UserError(f"--threshold must be in [0, 1], got {args.threshold}")
     if args.context_tokens is not None and args.context_tokens < 16:
         raise UserError(f"--context-tokens must be at least 16, got {args.context_tokens}")
+    if args.window_refresh is not None and args.window_refresh < 0:
+        raise UserError(f"--window-refresh must be at least 0, got {args.window_refresh}")
     window = {} if args.context_tokens is None else {"context_tokens": args.context_tokens}
+    steps = {} if args.span_window is None else {"span_window": args.span_window == "on"}
+    if args.window_refresh is not None:
+        steps["window_refresh"] = args.window_refresh
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on",
                           threshold=args.threshold, **window)
     rep = None
     for one in (engine, twin) if twin is not None else (engine,):
         if one is not None:
-            one.with_sampler(seed=args.seed, verify_blocks=args.verify_blocks)
+            one.with_sampler(seed=args.seed, verify_blocks=args.verify_blocks,
+                             **(steps if one.model.config.attention == "context_causal" else {}))
+            if one.model.config.attention == "causal":
+                one.with_sampler(lookup=args.twin_lookup == "on")
         outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace, spans=args.spans)
         r = report("drafts" if one is None else one.name, sources, args.seed, outcomes, args.drafts,
                    args.workspace, args.names == "on")

@@ -239,6 +239,8 @@ def test_config_that_is_not_an_object(tmp_path, text, says):
     ({"hidden_size": None}, "lacks 'hidden_size'"),
     ({"redraft_sampler": {"no_such_knob": 1}}, "redraft_sampler"),
     ({"redraft_sampler": "fast"}, "redraft_sampler must be an object"),
+    ({"redraft_sampler": {"span_window": "yes"}}, "span_window must be true or false"),
+    ({"redraft_sampler": {"window_refresh": -1}}, "window_refresh=-1 must be a whole number"),
 ])
 def test_config_values_of_the_wrong_type(tmp_path, changes, says):
     folder = tiny.make_family(tmp_path, "redraft")

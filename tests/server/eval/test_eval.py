@@ -290,6 +290,30 @@ def test_eval_infill_reports_the_twin_on_the_same_samples(tmp_path_factory, fold
     assert refused.returncode == 2 and "--twin" in refused.stderr
 
 
+def test_eval_infill_twin_without_lookup_decodes_token_by_token_to_the_same_text(tmp_path_factory, folder):
+    root = tmp_path_factory.mktemp("eval-plain-twin")
+    model, twin = tiny.make_family(root / "rd", "redraft"), tiny.make_family(root / "ar", "redraft-ar")
+    args = ("--files", str(folder), "--limit", "3", "--dtype", "float32", "--seed", "2", "--kinds", "next_line,block",
+            "--model", str(model), "--twin", str(twin), "--json")
+    runs = {}
+    for lookup in ("on", "off"):
+        out = redraft("eval", "infill", *args, "--twin-lookup", lookup, "--span-window", "on", "--window-refresh", "2")
+        assert out.returncode == 0, out.stderr
+        runs[lookup] = json.loads(out.stdout)["kinds"]
+    assert list(runs["off"]) == ["next_line", "block"]
+    for kind, s in runs["off"].items():
+        on = runs["on"][kind]["twin"]
+        assert s["twin"]["n"] == on["n"] == 3
+        # greedy either way (float32): the same answers; plain decoding commits at most one token a forward
+        for key in (*RATES, "abstain_rate"):
+            assert s["twin"][key] == on[key], (kind, key)
+        assert s["twin"]["forwards"] >= on["forwards"]
+        assert s["twin"]["tokens_per_forward"] is None or s["twin"]["tokens_per_forward"] <= 1.0
+        assert s["forwards"] >= 1  # the diffusion model ran, with its span windows
+    bad = redraft("eval", "infill", *args, "--window-refresh", "-1")
+    assert bad.returncode == 2 and "--window-refresh" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_eval_infill_user_errors(folder, tmp_path):
     out = redraft("eval", "infill", "--files", str(folder), "--kinds", "lines")
     assert out.returncode == 2 and "unknown kind" in out.stderr and "Traceback" not in out.stderr

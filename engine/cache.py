@@ -32,20 +32,13 @@ class KVCache:
     def batch(self) -> int:
         return self.k[0].shape[0]
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, keys: int | None = None):
-        """Store this block's keys/values at [start, start + T); return all keys/values up to its
-        end, or up to `keys` when the block sits inside what it attends to (a span window)."""
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor):
+        """Store this block's keys/values at [start, start + T); return all keys/values up to its end."""
         end = start + k.shape[2]
         assert end <= self.capacity, (end, self.capacity)
         self.k[layer][:, :, start:end] = k
         self.v[layer][:, :, start:end] = v
-        upto = end if keys is None else max(end, keys)
-        return self.k[layer][:, :, :upto], self.v[layer][:, :, :upto]
-
-    def upto(self, keys: int) -> "Visible":
-        """This cache as a block inside [0, keys) sees it: writes land here, attention reads
-        every key before `keys` (the span window's forward, sampler.py)."""
-        return Visible(self, keys)
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows (e.g. the winning span-length candidate)."""
@@ -66,16 +59,6 @@ class KVCache:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
-
-class Visible:
-    """A KVCache whose blocks attend to its first `keys` slots, wherever they are written."""
-
-    def __init__(self, kv: KVCache, keys: int):
-        self.kv, self.keys = kv, keys
-
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor):
-        return self.kv.write(layer, start, k, v, self.keys)
 
 
 class ContextCache:

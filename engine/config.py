@@ -176,9 +176,9 @@ class SamplerConfig:
     block_size: int = 0  # > 0: semi-autoregressive blocks of this many tokens, left to right
     # Span windows ("context_causal" models; sampler.py, `_window`): after a forward over the
     # whole span, a step runs only the positions from the first one whose input changed since
-    # it last ran to the open block's end; the rest of the span keeps the keys/values of its
-    # last forward (Fast-dLLM's approximate cache). `window_refresh` R > 0: every R-th step
-    # runs the whole span again; 0 = only the first.
+    # it last ran to the open block's end, attending to the context, the span before them and
+    # each other (semi-autoregressive blocks). `window_refresh` R > 0: every R-th step runs the
+    # whole span again; 0 = only the first.
     span_window: bool = False
     window_refresh: int = 0
     heal: bool = True  # token healing when the prefix ends inside a token

@@ -254,18 +254,14 @@ class DiffusionLM(nn.Module):
         key_valid: torch.Tensor | None = None,  # [B, start + T] False for padding keys
         mask: torch.Tensor | None = None,  # explicit [B, 1, T, start + T] bool mask (training patterns)
         pos_limit: int | None = None,  # > every position in `pos`, when the caller knows it
-        keys: int | None = None,  # attend to the cache's first `keys` slots (a block inside them)
     ) -> torch.Tensor:
         """Hidden states [B, T, E] after the final norm; writes this block into `cache`."""
         B, T = ids.shape
         x = self.model.embed_tokens(ids)
         cos, sin = self.model.rotary_emb(pos, x.dtype, pos_limit)
-        fast = self.span_attention if cache is not None and not causal and mask is None and keys is None else None
+        fast = self.span_attention if cache is not None and not causal and mask is None else None
         if mask is None and fast is None:
-            mask = attention_mask(B, T, start if cache is not None else 0, causal, key_valid, ids.device, keys)
-        if keys is not None:
-            assert cache is not None and not causal, "a block inside the keys needs a cache, attending both ways"
-            cache = cache.upto(keys)
+            mask = attention_mask(B, T, start if cache is not None else 0, causal, key_valid, ids.device)
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache, start, mask, fast, key_valid)
         return self.model.norm(x)
@@ -276,13 +272,11 @@ class DiffusionLM(nn.Module):
         return self.lm_head(hidden).float()
 
 
-def attention_mask(B: int, T: int, start: int, causal: bool, key_valid, device,
-                   keys: int | None = None) -> torch.Tensor | None:
-    """Boolean [B, 1, T, S] (True = may attend), S = start + T or `keys` (a block inside the
-    keys), or None when everything is visible."""
+def attention_mask(B: int, T: int, start: int, causal: bool, key_valid, device) -> torch.Tensor | None:
+    """Boolean [B, 1, T, start + T] (True = may attend), or None when everything is visible."""
     if not causal and key_valid is None:
         return None
-    S = start + T if keys is None else keys
+    S = start + T
     if causal:
         q = torch.arange(T, device=device).unsqueeze(1) + start
         allowed = (torch.arange(S, device=device).unsqueeze(0) <= q).expand(B, T, S)

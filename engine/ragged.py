@@ -31,8 +31,7 @@ class Forward:
     pos: torch.Tensor  # [B, T]
     kv: KVCache
     start: int  # where the block's keys/values go in `kv`
-    key_valid: torch.Tensor | None  # [B, start + T] (or [B, keys]), None when every key is valid
-    keys: int | None = None  # a block inside the span (a window): it attends to the first `keys` slots
+    key_valid: torch.Tensor | None  # [B, start + T], None when every key is valid
     hidden: torch.Tensor | None = None  # [B, T, E] after the final norm
 
     @property
@@ -41,8 +40,7 @@ class Forward:
 
     def run(self) -> torch.Tensor:
         """This forward alone (what the run does when nobody batches it)."""
-        self.hidden = self.model(self.ids, self.pos, self.kv, start=self.start, key_valid=self.key_valid,
-                                 keys=self.keys)
+        self.hidden = self.model(self.ids, self.pos, self.kv, start=self.start, key_valid=self.key_valid)
         return self.hidden
 
 
@@ -61,19 +59,18 @@ def run_together(forwards: list[Forward]) -> None:
     sizes = [f.tokens for f in forwards]
     rotary = [body.rotary_emb(f.pos, x.dtype) for f in forwards]
     fast = model.span_attention
-    masks = [None if fast is not None and f.keys is None else
-             attention_mask(f.ids.shape[0], f.ids.shape[1], f.start, False, f.key_valid, ids.device, f.keys)
+    masks = [None if fast is not None else
+             attention_mask(f.ids.shape[0], f.ids.shape[1], f.start, False, f.key_valid, ids.device)
              for f in forwards]
-    caches = [f.kv if f.keys is None else f.kv.upto(f.keys) for f in forwards]
     for layer in body.layers:
         attn = layer.self_attn
         q, k, v = attn.project(layer.input_layernorm(x))
         parts = []
-        for f, kv, (cos, sin), mask, q_i, k_i, v_i in zip(forwards, caches, rotary, masks, q.split(sizes),
-                                                            k.split(sizes), v.split(sizes)):
+        for f, (cos, sin), mask, q_i, k_i, v_i in zip(forwards, rotary, masks, q.split(sizes),
+                                                        k.split(sizes), v.split(sizes)):
             B, T = f.ids.shape
-            y = attn.attend(q_i.view(B, T, -1), k_i.view(B, T, -1), v_i.view(B, T, -1), cos, sin, kv, f.start,
-                            mask, fast if f.keys is None else None, f.key_valid)
+            y = attn.attend(q_i.view(B, T, -1), k_i.view(B, T, -1), v_i.view(B, T, -1), cos, sin, f.kv, f.start,
+                            mask, fast, f.key_valid)
             parts.append(y.reshape(B * T, -1))
         x = x + attn.out(torch.cat(parts))
         x = x + layer.mlp(layer.post_attention_layernorm(x))

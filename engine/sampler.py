@@ -326,11 +326,12 @@ class Denoiser:
     def _window(self, st: Running) -> tuple[int, int] | None:
         """The span positions [lo, hi) this step runs (`SamplerConfig.span_window`), or None for
         the whole span. Positions before the open block that committed a token since they last
-        ran run again, so the block sees them as committed; positions after it keep the keys
-        of their last forward (still masks; their keys go stale as text to their left is
-        committed: Fast-dLLM's approximate cache, which its authors found nearly as good as
-        recomputing). Only a "context_causal" model's span attends both ways over cached
-        context, so only it has a window; the static step runs whole spans."""
+        ran run again, so the block sees them as committed; the window does not see the masks
+        after it (semi-autoregressive blocks over a cached prefix). Letting it see them, with
+        their keys from the last whole-span forward (Fast-dLLM's approximate cache), lost right
+        answers on long blocks (docs/training-log.md). Only a "context_causal" model's span
+        attends both ways over cached context, so only it has a window; the static step runs
+        whole spans."""
         scfg = self.scfg
         if (not scfg.span_window or st.ran is None or self.model.config.attention != "context_causal"
                 or self.steps is not None or st.hidden is not None):
@@ -390,16 +391,13 @@ class Denoiser:
     def _forward(self, x, batch: Batch, kv: KVCache, kvalid,
                  window: tuple[int, int] | None = None) -> Generator[Forward, None, torch.Tensor]:
         """The active block's hidden states over the cached context, or those of its positions
-        [lo, hi) (`window`), which write their keys/values in place and attend to the whole
-        span's: the forward is yielded first, so a scheduler can run it in one pass with other
-        runs' (ragged.py); run here when it was not."""
-        if window is not None:
-            lo, hi = window
-            forward = Forward(self.model, x[:, lo:hi].to(batch.act_ids.device), batch.act_pos[:, lo:hi], kv,
-                              batch.C + lo, kvalid, keys=batch.C + batch.A)
-            yield forward
-            return forward.hidden if forward.hidden is not None else forward.run()
-        forward = Forward(self.model, x.to(batch.act_ids.device), batch.act_pos, kv, batch.C, kvalid)
+        [lo, hi) (`window`), which write their keys/values in place and attend to what is
+        before them and to each other, not to the span after them: the forward is yielded
+        first, so a scheduler can run it in one pass with other runs' (ragged.py); run here
+        when it was not."""
+        lo, hi = (0, x.shape[1]) if window is None else window
+        forward = Forward(self.model, x[:, lo:hi].to(batch.act_ids.device), batch.act_pos[:, lo:hi], kv,
+                          batch.C + lo, None if kvalid is None else kvalid[:, :batch.C + hi])
         yield forward
         return forward.hidden if forward.hidden is not None else forward.run()
 

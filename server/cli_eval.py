@@ -45,8 +45,8 @@ def eval_parser(sub) -> None:
                     help="block-causal models: check each committed block against the clean stream "
                          "(engine/blockwise.py; the text is then the clean stream's greedy decoding)")
     ei.add_argument("--span-window", choices=("on", "off"), default=None,
-                    help="diffusion steps run only the open block's window of the span, the rest keeping "
-                         "the keys/values of its last forward (default: the model's own setting)")
+                    help="after the first, diffusion steps run only the open block's window of the span, "
+                         "attending to what is before it (default: the model's own setting)")
     ei.add_argument("--window-refresh", type=int, default=None, metavar="R",
                     help="with span windows, every R-th step runs the whole span again (0: only the first)")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

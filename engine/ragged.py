@@ -66,8 +66,8 @@ def run_together(forwards: list[Forward]) -> None:
         attn = layer.self_attn
         q, k, v = attn.project(layer.input_layernorm(x))
         parts = []
-        for f, (cos, sin), mask, q_i, k_i, v_i in zip(forwards, rotary, masks, q.split(sizes),
-                                                        k.split(sizes), v.split(sizes)):
+        for f, (cos, sin), mask, q_i, k_i, v_i in zip(forwards, rotary, masks, q.split(sizes), k.split(sizes),
+                                                        v.split(sizes)):
             B, T = f.ids.shape
             y = attn.attend(q_i.view(B, T, -1), k_i.view(B, T, -1), v_i.view(B, T, -1), cos, sin, f.kv, f.start,
                             mask, fast, f.key_valid)

@@ -29,6 +29,7 @@ from .errors import Cancelled
 from .model import DiffusionLM
 from .picks import choose
 from .sampler import Denoised
+from .drafting import Drafter
 from .speculative import LookupSource, decode_lookup
 
 
@@ -38,15 +39,16 @@ def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: to
            stop: Callable[[int, list[int]], bool] | None = None,
            on_step: Callable[[int, Batch, torch.Tensor, torch.Tensor, list[int]], None] | None = None,
            caches: dict[int, CacheModel] | None = None,
-           sources: dict[int, LookupSource] | None = None) -> Denoised:
+           sources: dict[int, LookupSource] | None = None, drafter: Drafter | None = None) -> Denoised:
     """Decode every row's span. `on_step(step, batch, x, done, counts)` sees the span so far
     after every forward (`counts`: tokens each row has committed); `sources` (request -> what
-    its drafts come from) turns on lookup decoding when `scfg.lookup` and greedy."""
+    its drafts come from) turns on lookup decoding when `scfg.lookup` and greedy; `drafter`
+    (a block-causal model's own drafts, drafting.py) turns it on in any case when greedy."""
     assert batch.span_at == 1, "causal decoding feeds the token before the span first"
-    if sources is not None and scfg.lookup and scfg.temperature == 0:
+    if sources is not None and (scfg.lookup or drafter is not None) and scfg.temperature == 0:
         return decode_lookup(model, batch, scfg, sources=sources, end_ids=end_ids, pad_id=pad_id, banned=banned,
                              first_allowed=first_allowed, owners=owners, vocab_limit=vocab_limit, reuse=reuse,
-                             cancel=cancel, stop=stop, on_step=on_step, caches=caches)
+                             cancel=cancel, stop=stop, on_step=on_step, caches=caches, drafter=drafter)
     gen = torch.Generator(device="cpu").manual_seed(scfg.seed) if scfg.temperature > 0 else None
     t0 = time.perf_counter()
     kv, reused = encode_context(model, batch, reuse, extra=batch.A)

@@ -109,7 +109,7 @@ def _config_json(folder: Path) -> dict:
 # budget (block_tokens) would only make every request slower and larger.
 MAX_SAMPLER_TOKENS = 1024
 _SAMPLER_COUNTS = ("span", "tokens_per_step", "max_steps", "refresh_every", "block_size", "give_up_after",
-                   "window_refresh")
+                   "window_refresh", "draft_block")
 
 
 def read_sampler_defaults(folder: Path) -> dict:

@@ -237,6 +237,17 @@ class SamplerConfig:
     # block's commits often (block decoding of 50 validation cursors: +7% forwards on blocks,
     # +42% on rest of line, quality within a point; docs/training-log.md, 2026-12-06).
     verify_blocks: bool = False
+    # Block-causal models, greedy: self-drafting (drafting.py, TiDAR's single forward). Each
+    # forward verifies drafts with the clean stream, as the twin verifies prompt-lookup drafts,
+    # and its noisy blocks write the next drafts behind them, one per way the check can end; the
+    # text is the clean stream's greedy decoding. Prompt-lookup drafts go first where `lookup`
+    # finds one. Overrides `verify_blocks` and the threshold.
+    self_draft: bool = False
+    # The pre-draft block a self-drafting forward runs, in positions (its first input clean, so
+    # it drafts one fewer token); 0 = the model's trained block. A shorter one leaves the trained
+    # block's tail out: fewer positions a forward, fewer drafts; 1 drafts nothing (the clean
+    # stream verifies prompt-lookup drafts only, as the twin does).
+    draft_block: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -262,6 +273,11 @@ class SamplerConfig:
             raise ValueError("temperature must be a finite number >= 0")
         if any(n < 1 for n in self.lengths):
             raise ValueError("span lengths must be >= 1")
+        if isinstance(self.draft_block, bool) or not isinstance(self.draft_block, int) \
+                or not 0 <= self.draft_block <= 64:
+            raise ValueError("draft_block must be 0 (the model's block) or 1..64")
+        if not isinstance(self.self_draft, bool):
+            raise ValueError(f"self_draft must be true or false, got {self.self_draft!r}")
         if not isinstance(self.span_window, bool):
             raise ValueError(f"span_window must be true or false, got {self.span_window!r}")
         if self.window_refresh < 0:

@@ -19,6 +19,7 @@ import torch
 
 from .autoregressive import decode
 from .blockwise import decode_blocks
+from .drafting import Drafter
 from .batch import Batch, make_batch
 from .cache import ContextCache, ContextStore
 from .cachemodel import CacheModel, Lookup
@@ -275,7 +276,15 @@ class Engine:
         stop = None if rule is None else (lambda b, ids: rule(owners[b], self._text(ids, prepared[owners[b]])))
         on_step = None if on_preview is None else \
             (lambda step, b, x, done, counts: self._emit_ar(step, b, x, done, counts, owners, prepared, on_preview))
-        if self.model_config.is_blockwise:  # several tokens a forward, by the model's own blocks
+        drafter = None
+        if self.model_config.is_blockwise and run.scfg.self_draft and run.scfg.temperature == 0:
+            # Its own drafts, verified by its clean stream (drafting.py); prompt lookup first. Not
+            # held to token-by-token equality under int8: no other decoding of it is the reference.
+            block = min(run.scfg.draft_block or self.model_config.block_size, self.model_config.block_size)
+            drafter = Drafter(block, self.model_config.mask_token_id, self._pad_id) if block >= 2 else None
+        if drafter is None and self.model_config.is_blockwise and not run.scfg.self_draft:
+            # several tokens a forward, by the model's own blocks (self-drafting with a temperature:
+            # the clean stream samples token by token below)
             out = decode_blocks(self.model, batch, run.scfg, block=self.model_config.block_size,
                                 mask_id=self.model_config.mask_token_id, end_ids=self._end_ids, pad_id=self._pad_id,
                                 banned=self._banned, first_allowed=run.first_allowed, owners=owners,
@@ -286,12 +295,15 @@ class Engine:
         # Only where verifying a block gives each token what a one-token forward gives it: int8
         # linears quantize a call's activations over the whole block (int8.py), so there a
         # block's tokens could differ from token-by-token decoding: int8 decodes token by token.
-        if run.scfg.lookup and run.scfg.temperature == 0 and not self.model.int8:
+        if run.scfg.lookup and run.scfg.temperature == 0 and (drafter is not None or not self.model.int8):
             sources = {i: LookupSource(self._draft_ids(r.drafts, p, run.scfg), p.prefix, [p.extra, p.suffix])
                        for i, (r, p) in enumerate(zip(requests, prepared))}
+        elif drafter is not None:
+            sources = {}  # its own drafts only
         out = decode(self.model, batch, run.scfg, end_ids=self._end_ids, pad_id=self._pad_id, banned=self._banned,
                      first_allowed=run.first_allowed, owners=owners, vocab_limit=self._vocab_limit, reuse=run.reuse,
-                     cancel=run.cancel, caches=run.caches, stop=stop, sources=sources, on_step=on_step)
+                     cancel=run.cancel, caches=run.caches, stop=stop, sources=sources, on_step=on_step,
+                     drafter=drafter)
         return out, owners
 
     def _denoise(self, batch: Batch, run: "_Run") -> Generator[Forward | None, None, tuple[Denoised, list[int]]]:

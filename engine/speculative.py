@@ -48,6 +48,7 @@ import torch
 from .batch import Batch, encode_context
 from .cachemodel import CacheModel
 from .config import SamplerConfig
+from .drafting import Drafter
 from .errors import Cancelled
 from .model import DiffusionLM
 from .picks import choose
@@ -117,9 +118,10 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
                   end_ids: torch.Tensor, pad_id: int, banned: list[int], first_allowed: dict[int, torch.Tensor],
                   owners: list[int], vocab_limit: int | None = None, reuse=None, cancel=None,
                   stop: Callable[[int, list[int]], bool] | None = None, on_step=None,
-                  caches: dict[int, CacheModel] | None = None) -> Denoised:
+                  caches: dict[int, CacheModel] | None = None, drafter: Drafter | None = None) -> Denoised:
     """Greedy decoding of every row, verifying drafts (module docstring). Arguments as
-    autoregressive.decode's; `sources`: request -> what its drafts come from. `Denoised.kept`
+    autoregressive.decode's; `sources`: request -> what its drafts come from; `drafter`: a
+    block-causal model's own drafts where lookup has none (drafting.py). `Denoised.kept`
     holds the drafted tokens each row accepted; steps and forwards count the forwards."""
     assert batch.span_at == 1, "causal decoding feeds the token before the span first"
     assert scfg.temperature == 0, "lookup decoding verifies greedy decoding only"
@@ -153,26 +155,34 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
     holes = not bool(batch.ctx_valid.all())
     s = C  # the next slot every row writes its block to
     forwards = 0
+    own: list[list[int]] = [[] for _ in range(B)]  # each row's next drafts from the model itself
     while not all(done):
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        props = [[] if done[b] else proposers[b].propose(min(scfg.lookup_tokens, lengths[b] - len(spans[b]) - 1))
-                 for b in range(B)]
+        limits = [min(scfg.lookup_tokens, lengths[b] - len(spans[b]) - 1) for b in range(B)]
+        looked = [[] if done[b] or not scfg.lookup else proposers[b].propose(limits[b]) for b in range(B)]
+        props = [looked[b] or ([] if done[b] else own[b][:max(limits[b], 0)]) for b in range(B)]
+        # Pre-draft blocks only while some live row has no prompt-lookup draft: a row that has one
+        # is likely to have the next one from lookup too, and on a CPU the blocks cost time.
+        blocks = drafter is not None and any(not looked[b] for b in range(B) if not done[b])
         T = 1 + max(len(p) for p in props)
         ids = [[last[b]] + p + [pad_id] * (T - 1 - len(p)) for b, p in enumerate(props)]
         pos = [[base[b] + len(spans[b]) + j for j in range(T)] for b in range(B)]
-        if s + T > kv.capacity:
-            kv.ensure(s + T, keep=s)
-        if s + T > kvalid.shape[1]:
-            kvalid = torch.cat([kvalid, kvalid.new_ones(B, s + T - kvalid.shape[1])], dim=1)
+        size = drafter.size(T - 1) if blocks else T  # the pre-draft blocks ride behind
+        if s + size > kv.capacity:
+            kv.ensure(s + size, keep=s)
+        if s + size > kvalid.shape[1]:
+            kvalid = torch.cat([kvalid, kvalid.new_ones(B, s + size - kvalid.shape[1])], dim=1)
         kvalid[:, s:s + T] = True
-        hidden = model(torch.tensor(ids, dtype=torch.long, device=dev), torch.tensor(pos, dtype=torch.long, device=dev),
-                       kv, start=s, causal=T > 1, key_valid=kvalid[:, :s + T] if holes else None)
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
+        if not blocks:
+            hidden = model(ids_t, pos_t, kv, start=s, causal=T > 1, key_valid=kvalid[:, :s + T] if holes else None)
+        else:
+            ids_t, pos_t, mask = drafter.extend(ids_t, pos_t, kvalid[:, :s], s)
+            hidden = model(ids_t, pos_t, kv, start=s, mask=mask)
         forwards += 1
-        logits = model.logits(hidden)  # [B, T, V]
-        if vocab_limit is not None and vocab_limit < logits.shape[-1]:
-            logits[..., vocab_limit:] = float("-inf")
-        logits[..., banned] = float("-inf")
+        logits = _restricted(model.logits(hidden[:, :T]), vocab_limit, banned)  # [B, T, V]
         for b, ok in allowed.items():  # token healing: the span's first token
             if not spans[b] and not done[b]:
                 keep = logits[b, 0, ok].clone()
@@ -213,6 +223,9 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
                     break
             if not done[b]:
                 advance.append((b, n))
+                # the block that assumed exactly these n - 1 drafts accepted (none without blocks)
+                own[b] = [] if not blocks else drafter.drafts(lambda h: _restricted(model.logits(h), vocab_limit, banned),
+                                                              hidden, b, n - 1, lengths[b] - len(spans[b]) - 1)
         step = max((n for _, n in advance), default=T)
         for b, n in advance:  # the rejected tail (and a shorter run's share of the step) is masked
             if n < step:
@@ -234,6 +247,14 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
     out = Denoised(batch, x.to(dev), conf.to(dev), logp.to(dev), forwards, forwards, encode_ms, gen_ms, reused, B)
     out.kept = torch.tensor(accepted, dtype=torch.long)
     return out
+
+
+def _restricted(logits: torch.Tensor, vocab_limit: int | None, banned: list[int]) -> torch.Tensor:
+    """`logits` with ids past the vocabulary and the banned ids ruled out, in place."""
+    if vocab_limit is not None and vocab_limit < logits.shape[-1]:
+        logits[..., vocab_limit:] = float("-inf")
+    logits[..., banned] = float("-inf")
+    return logits
 
 
 def _fill(x: torch.Tensor, spans: list[list[int]]) -> None:

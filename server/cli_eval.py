@@ -44,6 +44,15 @@ def eval_parser(sub) -> None:
     ei.add_argument("--verify-blocks", action="store_true",
                     help="block-causal models: check each committed block against the clean stream "
                          "(engine/blockwise.py; the text is then the clean stream's greedy decoding)")
+    ei.add_argument("--self-draft", choices=("on", "off"), default=None,
+                    help="block-causal models: each forward checks drafts with the clean stream and writes the "
+                         "next ones with the noisy blocks (engine/drafting.py; default: the model's own setting)")
+    ei.add_argument("--draft-block", type=int, default=None, metavar="N",
+                    help="self-drafting: the pre-draft block in positions (N - 1 drafts a forward; 1: none, "
+                         "lookup drafts only; default the model's own)")
+    ei.add_argument("--lookup", choices=("on", "off"), default="on",
+                    help="self-drafting models take prompt-lookup drafts first (on, as served) or only their "
+                         "own (off: 'model alone')")
     ei.add_argument("--span-window", choices=("on", "off"), default=None,
                     help="after the first, diffusion steps run only the open block's window of the span, "
                          "attending to what is before it (default: the model's own setting)")
@@ -108,6 +117,8 @@ def _eval_infill(args) -> int:
         raise UserError(f"--threshold must be in [0, 1], got {args.threshold}")
     if args.context_tokens is not None and args.context_tokens < 16:
         raise UserError(f"--context-tokens must be at least 16, got {args.context_tokens}")
+    if args.draft_block is not None and not 0 <= args.draft_block <= 64:
+        raise UserError(f"--draft-block must be in 0..64, got {args.draft_block}")
     if args.window_refresh is not None and args.window_refresh < 0:
         raise UserError(f"--window-refresh must be at least 0, got {args.window_refresh}")
     window = {} if args.context_tokens is None else {"context_tokens": args.context_tokens}
@@ -123,6 +134,10 @@ def _eval_infill(args) -> int:
                              **(steps if one.model.config.attention == "context_causal" else {}))
             if one.model.config.attention == "causal":
                 one.with_sampler(lookup=args.twin_lookup == "on")
+            if one.model.config.attention == "block_causal":
+                one.with_sampler(lookup=args.lookup == "on",
+                                 **({} if args.self_draft is None else {"self_draft": args.self_draft == "on"}),
+                                 **({} if args.draft_block is None else {"draft_block": args.draft_block}))
         outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace, spans=args.spans)
         r = report("drafts" if one is None else one.name, sources, args.seed, outcomes, args.drafts,
                    args.workspace, args.names == "on")

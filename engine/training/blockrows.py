@@ -33,8 +33,11 @@ from .recipe import corrupt_span
 
 
 def block_rows(rows, B: int, block: int, mask: int, end: int, rng: random.Random, *, edit_share: float = 0.0,
-               edit_rate: float = 0.3, special: frozenset[int] = frozenset()) -> dict:
+               edit_rate: float = 0.3, special: frozenset[int] = frozenset(), full_share: float = 0.0) -> dict:
     """A batch of two-stream rows from encoded examples (`ids`, `span_at`, `middle`; no span padding).
+
+    `full_share` of the rows mask every noisy input but each block's first (TiDAR's drafting rows:
+    what engine/drafting.py serves, a block drafted whole from committed text in one forward).
 
     Returns ids, pos (the noisy copy reuses its clean twin's positions), mask ([B, 1, W, W] bool,
     True = attend), target, weight (noisy positions), ar_weight (the clean stream), masked (the
@@ -60,7 +63,8 @@ def block_rows(rows, B: int, block: int, mask: int, end: int, rng: random.Random
         N = len(clean)
         first = S - 1  # <|fim_middle|>: the span's first input
         inputs = clean[first:first + n]
-        t = 0.02 + 0.98 * rng.random()
+        # No draw when the share is 0, so earlier runs see the rows they always did.
+        t = 1.0 if full_share and rng.random() < full_share else 0.02 + 0.98 * rng.random()
         noisy = list(inputs)
         seen = [True] * n
         edited = edit_share and rng.random() < edit_share

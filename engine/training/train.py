@@ -70,7 +70,7 @@ class Rows:
                  *, copy_share: float = 0.0, copy_anneal: int = 0, edit_share: float = DRAFT_SHARE,
                  edit_rate: float = 0.3, block_share: float = 0.0, block_size: int = 2, seq_warmup: int = 0,
                  mix: dict[str, float] | None = None, block_causal: int = 0,
-                 distilled: list[EncodedExample] | None = None, distill_share: float = 0.0):
+                 distilled: list[EncodedExample] | None = None, distill_share: float = 0.0, full_share: float = 0.0):
         docs = [d for d in docs if len(d["text"]) > 200]
         self.docs = [d["text"] for d in docs]
         weights = [min(len(t), 40_000) for t in self.docs]  # long files count, but not without bound
@@ -84,6 +84,7 @@ class Rows:
         self.edit_share, self.edit_rate = edit_share, edit_rate
         self.block_share, self.block_size = block_share, block_size
         self.block_causal = block_causal  # > 0: two-stream block-causal rows, blocks of this many (blockrows.py)
+        self.full_share = full_share  # block-causal rows whose noisy blocks are masked whole
         self.distilled, self.distill_share = distilled or [], distill_share if distilled else 0.0
         self.end = tok.token_to_id(END)
         self.mask = tok.token_to_id(MASK)
@@ -113,7 +114,7 @@ class Rows:
             rows.append(encode_example(ex, self.tok, T, rng, pad_span=self.diffusion and not self.block_causal))
         if self.diffusion and self.block_causal:
             return block_rows(rows, self.B, self.block_causal, self.mask, self.end, rng, edit_share=self.edit_share,
-                              edit_rate=self.edit_rate, special=frozenset(self.special))
+                              edit_rate=self.edit_rate, special=frozenset(self.special), full_share=self.full_share)
         return self._diffusion(rows, rng, T) if self.diffusion else self._ar(rows, T)
 
     def _ar(self, rows, T: int) -> dict:
@@ -387,7 +388,7 @@ def start_model(args, tok, shape: dict) -> DiffusionLM:
 
 META = ("objective", "seq", "batch", "lr", "seed", "init", "steps", "attention", "context_ar", "optimizer",
         "copy_share", "copy_anneal", "edit_share", "edit_rate", "block_share", "block_size", "certainty", "consistency", "seq_warmup",
-        "precision", "schedule", "decay", "mix", "distill", "distill_share")
+        "precision", "schedule", "decay", "mix", "distill", "distill_share", "full_share")
 
 
 def valid_entry(model: DiffusionLM, batches: list[dict], bf16: bool) -> dict:
@@ -412,7 +413,8 @@ def data(args, tok) -> tuple[Rows, list[dict]]:
     if args.distill and not distilled:
         raise SystemExit(f"--distill {args.distill}: no rows of at most {args.seq} tokens")
     rows = Rows(read_split(corpus, "train"), tok, args.seq, args.batch, args.seed, diffusion, args.context_ar,
-                mix=mix, block_causal=blocks, distilled=distilled, distill_share=args.distill_share, **recipe)
+                mix=mix, block_causal=blocks, distilled=distilled, distill_share=args.distill_share,
+                full_share=args.full_share, **recipe)
     # Validation loss without the context term, so runs with and without it compare.
     valid = Rows(read_split(corpus, "valid"), tok, args.seq, args.batch, args.seed + 1, diffusion, mix=mix,
                  block_causal=blocks)
@@ -529,6 +531,9 @@ def parser() -> argparse.ArgumentParser:
     recipe.add_argument("--consistency", type=float, default=0.0,
                         help="block-causal rows: weight of the soft cross-entropy of each masked noisy position "
                              "against the clean stream's prediction of the same target (0 = off)")
+    recipe.add_argument("--full-share", type=float, default=0.0,
+                        help="block-causal rows: share whose noisy blocks are masked whole after their first input "
+                             "(TiDAR's drafting rows, as engine/drafting.py serves them)")
     recipe.add_argument("--certainty", type=float, default=0.2,
                         help="diffusion: weight of the entropy penalty on masked positions already right")
     recipe.add_argument("--seq-warmup", type=int, default=0,

@@ -1,7 +1,7 @@
-"""Lookup decoding of the autoregressive twin, or span windows of the diffusion model: the
-same output in less time?
+"""Lookup decoding of the autoregressive twin, span windows of the diffusion model, or a
+block-causal model's own drafts: the same output in less time?
 
-    python tests/bench/bench_lookup.py [--setting lookup|span_window] [--model redraft-ar]
+    python tests/bench/bench_lookup.py [--setting lookup|span_window|self_draft] [--model redraft-ar]
                                        [--dtype float32] [--files server] [--limit 40]
                                        [--kinds next_line,block] [--tokens 8] [--ngram 3] [--sampler JSON]
                                        [--cache] [--threads 1] [--repeats 1] [--out FILE.json]
@@ -16,6 +16,9 @@ shared machine). `--setting lookup` (the default; a causal model): lookup decodi
 token) and on (SamplerConfig.lookup), outputs identical by construction. `--setting
 span_window` (a "context_causal" diffusion model, e.g. redraft-diffusion): whole-span steps
 against span windows (SamplerConfig.span_window), whose stale keys may change an output.
+`--setting self_draft` (a "block_causal" model): its clean stream verifying prompt-lookup
+drafts only (`draft_block` 1: no block drafts), against self-drafting (engine/drafting.py: the
+noisy blocks' drafts where lookup has none), outputs identical up to floating point.
 Reported per kind and overall: requests, identical outputs, median generate ms of each and their
 ratio (off / on), mean generate ms, mean forwards, mean span positions run, tokens per forward (span tokens over
 forwards), drafted tokens accepted per request, and how many requests had a server draft.
@@ -73,10 +76,17 @@ def request(engine: Engine, src, sample, config: ServerConfig, setting: str, on:
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
     drafts = usable_drafts(snap, document_windows(snap))
     engine.forget(URI)  # cold: both runs encode the whole context
-    sampler = engine.sampler.with_(**{setting: on})
+    sampler = engine.sampler.with_(**SETTINGS[setting](on))
     out = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], None, sampler=sampler,
                stop=postprocess.Unit.of(snap))
     return out, len(drafts)
+
+
+SETTINGS = {  # what each side of a setting changes
+    "lookup": lambda on: {"lookup": on},
+    "span_window": lambda on: {"span_window": on},
+    "self_draft": lambda on: {"self_draft": True, "draft_block": 0 if on else 1},
+}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -111,7 +121,7 @@ def summary(rows: list[dict]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--setting", choices=("lookup", "span_window"), default="lookup")
+    ap.add_argument("--setting", choices=tuple(SETTINGS), default="lookup")
     ap.add_argument("--model", default=None, help="default: redraft-ar for lookup, redraft-diffusion for span_window")
     ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 | auto | int8 (int8: no lookup decoding)")
     ap.add_argument("--files", type=Path, default=ROOT / "server")
@@ -138,6 +148,9 @@ def main() -> int:
         return 2
     if args.setting == "span_window" and engine.model_config.attention != "context_causal":
         print(f"{args.model}: span windows are for 'context_causal' diffusion models", file=sys.stderr)
+        return 2
+    if args.setting == "self_draft" and not engine.model_config.is_blockwise:
+        print(f"{args.model}: self-drafting is for 'block_causal' models", file=sys.stderr)
         return 2
     sources, _ = load_sources(args.files)
     config = ServerConfig(cache=args.cache)

@@ -241,6 +241,9 @@ def test_config_that_is_not_an_object(tmp_path, text, says):
     ({"redraft_sampler": "fast"}, "redraft_sampler must be an object"),
     ({"redraft_sampler": {"span_window": "yes"}}, "span_window must be true or false"),
     ({"redraft_sampler": {"window_refresh": -1}}, "window_refresh=-1 must be a whole number"),
+    ({"redraft_sampler": {"self_draft": 1}}, "self_draft must be true or false"),
+    ({"redraft_sampler": {"draft_block": 2000}}, "draft_block=2000 must be a whole number"),
+    ({"redraft_sampler": {"draft_block": 100}}, "draft_block must be 0 \\(the model's block\\) or 1..64"),
 ])
 def test_config_values_of_the_wrong_type(tmp_path, changes, says):
     folder = tiny.make_family(tmp_path, "redraft")

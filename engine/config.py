@@ -248,6 +248,9 @@ class SamplerConfig:
     # block's tail out: fewer positions a forward, fewer drafts; 1 drafts nothing (the clean
     # stream verifies prompt-lookup drafts only, as the twin does).
     draft_block: int = 0
+    # Self-drafting: a block's drafts stop before the first token it gives less than this
+    # probability (0 = never): fewer positions in the forward that checks them.
+    draft_floor: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -276,6 +279,8 @@ class SamplerConfig:
         if isinstance(self.draft_block, bool) or not isinstance(self.draft_block, int) \
                 or not 0 <= self.draft_block <= 64:
             raise ValueError("draft_block must be 0 (the model's block) or 1..64")
+        if not 0.0 <= self.draft_floor <= 1.0:
+            raise ValueError("draft_floor must be in [0, 1]")
         if not isinstance(self.self_draft, bool):
             raise ValueError(f"self_draft must be true or false, got {self.self_draft!r}")
         if not isinstance(self.span_window, bool):

@@ -84,12 +84,17 @@ class Drafter:
             allowed[:, at:at + b, start + at:start + at + b] = True  # itself, both ways
         return out_ids, out_pos, allowed[:, None]
 
-    def drafts(self, logits_of, hidden: torch.Tensor, row: int, accepted: int, limit: int) -> list[int]:
+    def drafts(self, logits_of, hidden: torch.Tensor, row: int, accepted: int, limit: int,
+               floor: float = 0.0) -> list[int]:
         """The next drafts of `row`, whose verification accepted `accepted` drafts: the positions
         1..b-1 of the block pre-drafted for that outcome, greedy, at most `limit` (none where no
-        block was). `logits_of(h)` turns hidden states [n, H] into restricted logits [n, V]."""
+        block was), cut before the first whose probability is under `floor` (an unlikely draft
+        token costs the next forward positions and is seldom accepted). `logits_of(h)` turns
+        hidden states [n, H] into restricted logits [n, V]."""
         if limit <= 0 or accepted not in self.outcomes:
             return []
         first = self.k + 1 + self.outcomes.index(accepted) * self.block
         h = hidden[row, first + 1:first + self.block][:limit]
-        return logits_of(h).argmax(-1).tolist()
+        prob, tok = torch.softmax(logits_of(h).float(), dim=-1).max(-1)
+        sure = (prob >= floor).int().cumprod(0).sum()
+        return tok[:int(sure)].tolist()

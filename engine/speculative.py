@@ -225,7 +225,8 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
                 advance.append((b, n))
                 # the block that assumed exactly these n - 1 drafts accepted (none without blocks)
                 own[b] = [] if not blocks else drafter.drafts(lambda h: _restricted(model.logits(h), vocab_limit, banned),
-                                                              hidden, b, n - 1, lengths[b] - len(spans[b]) - 1)
+                                                              hidden, b, n - 1, lengths[b] - len(spans[b]) - 1,
+                                                              scfg.draft_floor)
         step = max((n for _, n in advance), default=T)
         for b, n in advance:  # the rejected tail (and a shorter run's share of the step) is masked
             if n < step:

@@ -50,6 +50,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--draft-block", type=int, default=None, metavar="N",
                     help="self-drafting: the pre-draft block in positions (N - 1 drafts a forward; 1: none, "
                          "lookup drafts only; default the model's own)")
+    ei.add_argument("--draft-floor", type=float, default=None, metavar="P",
+                    help="self-drafting: drafts stop before the first token under probability P (default: the "
+                         "model's own)")
     ei.add_argument("--lookup", choices=("on", "off"), default="on",
                     help="self-drafting models take prompt-lookup drafts first (on, as served) or only their "
                          "own (off: 'model alone')")
@@ -119,6 +122,8 @@ def _eval_infill(args) -> int:
         raise UserError(f"--context-tokens must be at least 16, got {args.context_tokens}")
     if args.draft_block is not None and not 0 <= args.draft_block <= 64:
         raise UserError(f"--draft-block must be in 0..64, got {args.draft_block}")
+    if args.draft_floor is not None and not 0.0 <= args.draft_floor <= 1.0:
+        raise UserError(f"--draft-floor must be in [0, 1], got {args.draft_floor}")
     if args.window_refresh is not None and args.window_refresh < 0:
         raise UserError(f"--window-refresh must be at least 0, got {args.window_refresh}")
     window = {} if args.context_tokens is None else {"context_tokens": args.context_tokens}
@@ -137,7 +142,8 @@ def _eval_infill(args) -> int:
             if one.model.config.attention == "block_causal":
                 one.with_sampler(lookup=args.lookup == "on",
                                  **({} if args.self_draft is None else {"self_draft": args.self_draft == "on"}),
-                                 **({} if args.draft_block is None else {"draft_block": args.draft_block}))
+                                 **({} if args.draft_block is None else {"draft_block": args.draft_block}),
+                                 **({} if args.draft_floor is None else {"draft_floor": args.draft_floor}))
         outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace, spans=args.spans)
         r = report("drafts" if one is None else one.name, sources, args.seed, outcomes, args.drafts,
                    args.workspace, args.names == "on")

@@ -128,6 +128,10 @@ def test_the_next_drafts_come_from_the_block_verification_chose():
     drafter.outcomes = [0, 2]  # long drafts: blocks for none and all accepted only
     assert drafter.drafts(logits_of, hidden, 0, 2, 8) == [2, 3]  # block 1 at 6..8: positions 7, 8
     assert drafter.drafts(logits_of, hidden, 0, 1, 8) == []
+    sure = torch.full((1, 12, 5), -9.0)
+    sure[0, 7, 0], sure[0, 8, 1] = 9.0, -8.0  # block 1 (all accepted): position 7 sure of 0, 8 unsure
+    assert drafter.drafts(logits_of, sure, 0, 2, 8, floor=0.5) == [0]
+    assert drafter.drafts(logits_of, sure, 0, 2, 8, floor=0.0) == [0, 1]
     assert Drafter(4, 9, 0).plan(3) == [0, 1, 2, 3] and Drafter(4, 9, 0).plan(8) == [0, 8]
     assert Drafter(4, 9, 0).size(8) == 9 + 2 * 4
 

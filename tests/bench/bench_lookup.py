@@ -85,7 +85,7 @@ def request(engine: Engine, src, sample, config: ServerConfig, setting: str, on:
 SETTINGS = {  # what each side of a setting changes
     "lookup": lambda on: {"lookup": on},
     "span_window": lambda on: {"span_window": on},
-    "self_draft": lambda on: {"self_draft": True, "draft_block": 0 if on else 1},
+    "self_draft": lambda on: {"self_draft": True} if on else {"self_draft": True, "draft_block": 1},
 }
 
 

@@ -84,6 +84,7 @@ class Workspace:
         self._ranked: dict[Path, tuple[int, list[Path]]] = {}  # document -> (files listed then, nearest first)
         self._to_rank: deque[Path] = deque()  # documents whose ranking the background thread makes
         self._wanted: deque[Path] = deque()  # files it indexes
+        self._dropped: set[Path] = set()  # files refused or skipped when read: not read again
         self._cond = threading.Condition()
         self.indexed_bytes = self.skipped = self.evicted = self.refused = 0
         self.listed = threading.Event()
@@ -149,7 +150,7 @@ class Workspace:
                 if index is not None:
                     self._indexes.move_to_end(p)
                     out.append((p.as_uri(), index))
-                elif p not in self._wanted:
+                elif p not in self._wanted and p not in self._dropped:
                     self._wanted.append(p)
                     self._cond.notify()
         return out
@@ -277,7 +278,9 @@ class Workspace:
                 if not self._wanted:
                     return
                 path = self._wanted.popleft()
-                if path in self._indexes:
+                # Queued again while it was being read (a ranking made before it was dropped): one
+                # refusal counts once.
+                if path in self._indexes or path in self._dropped:
                     continue
             try:  # checked again: the settings or the files may have changed since the listing
                 text = safe_read.read_text(path, self.roots, max_bytes=self.max_file_bytes,
@@ -292,6 +295,7 @@ class Workspace:
                     else:
                         self.skipped += 1
                     self._files = [p for p in self._files if p != path]  # not asked for again
+                    self._dropped.add(path)
                 continue
             text = secret_shapes.redact(text)  # a pasted token is never copied into a draft
             index = DraftIndex(split_lines(text))  # filing: outside the lock

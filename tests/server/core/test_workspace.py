@@ -146,6 +146,12 @@ def test_a_file_changed_after_listing_is_checked_again_when_read(tmp_path):
     assert OUTSIDE not in "".join(got.values())
     st = ws.stats()
     assert st["refused"] == 2 and st["skipped"] == 1 and st["files"] == 1  # the others not asked for again
+    # Queued again while it was being read (the background indexer reads outside the lock, and a
+    # ranking made before the refusal may ask for it): dropped files are not read or counted twice.
+    ws._wanted.extend([root.resolve() / "fifo.py", root.resolve() / "grew.py"])
+    ws._index_wanted()
+    assert ws.stats() == st
+    assert indexed_texts(ws, root.resolve() / "new.py") == got and ws.stats() == st
 
 
 def test_safe_read_refuses_each_way_out(tmp_path):

@@ -11,7 +11,7 @@ Given `sources` (what each request's drafts come from), greedy decoding verifies
 tokens several at a time instead (prompt-lookup speculative decoding, speculative.py): the
 same tokens in fewer forwards. With a temperature it decodes token by token, as below
 (keeping the sampled distribution exact would need speculative sampling's rejection rule,
-which is not implemented); so does a model with int8 linears (the engine passes no sources).
+which is not implemented).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .model import DiffusionLM
 from .picks import choose
 from .sampler import Denoised
 from .drafting import Drafter
-from .speculative import LookupSource, decode_lookup
+from .speculative import LookupSource, restricted, decode_lookup
 
 
 def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: torch.Tensor, pad_id: int,
@@ -97,6 +97,25 @@ def decode(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, end_ids: to
             break
     gen_ms = (time.perf_counter() - t1) * 1000
     return Denoised(batch, x, conf, logp, steps, steps, encode_ms, gen_ms, reused, B)
+
+
+def score_spans(model: DiffusionLM, batch: Batch, *, vocab_limit: int | None, banned: list[int],
+                reuse: ContextCache | None = None) -> torch.Tensor:
+    """[B] mean log-prob of each row's span (every span token given, the end token last),
+    teacher-forced: one causal forward over the spans after the shared context, each token
+    judged by the distribution greedy decoding draws it from (ids past the vocabulary and banned
+    ids ruled out). What `Engine.score` asks of a causal model: alternatives for one place
+    scored alike."""
+    assert batch.span_at == 1, "causal scoring feeds the token before the span first"
+    kv, _ = encode_context(model, batch, reuse, extra=batch.A)
+    ids, pos = batch.act_ids[:, :-1], batch.act_pos[:, :-1]
+    all_valid = bool(batch.ctx_valid.all())
+    valid = None if all_valid else torch.cat([batch.ctx_valid, batch.act_valid[:, :-1]], dim=1)
+    hidden = model(ids, pos, kv, start=batch.C, causal=ids.shape[1] > 1, key_valid=valid)
+    logits = restricted(model.logits(hidden), vocab_limit, banned)  # [B, A - 1, V]
+    lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.act_ids[:, 1:, None]).squeeze(-1)
+    given = batch.act_valid[:, 1:]
+    return lp.masked_fill(~given, 0.0).sum(1) / given.sum(1).clamp_min(1)
 
 
 def _restrict(logits: torch.Tensor, vocab_limit: int | None, banned: list[int],

@@ -220,8 +220,8 @@ class SamplerConfig:
     # Causal models (the autoregressive twin), greedy only: prompt-lookup speculative decoding.
     # Each forward verifies up to `lookup_tokens` drafted tokens (the request's drafts, else what
     # followed the latest earlier occurrence of the last 3..1 tokens) and keeps the prefix greedy
-    # decoding agrees with: the same output in fewer forwards (speculative.py). Not with int8
-    # linears or a temperature: those decode token by token.
+    # decoding agrees with: the same output in fewer forwards (speculative.py). Not with a
+    # temperature: that decodes token by token.
     lookup: bool = True
     lookup_tokens: int = 8
     # The shortest match (of the last 3..1 tokens) that proposes: shorter ones are weak evidence

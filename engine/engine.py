@@ -17,7 +17,7 @@ from typing import Callable, Generator
 
 import torch
 
-from .autoregressive import decode
+from .autoregressive import decode, score_spans
 from .blockwise import decode_blocks
 from .drafting import Drafter
 from .batch import Batch, make_batch
@@ -124,7 +124,7 @@ class Engine:
             dtype = "int8" if self.model.int8 else str(p.dtype).removeprefix("torch.")
             self._info = EngineInfo(name=self.name, parameters=sum(t.numel() for t in self.model.parameters()),
                                     dtype=dtype, device=str(p.device),
-                                    scores_edits=not self.model_config.is_causal,
+                                    scores_edits=True,
                                     languages=self.model_config.languages)
         return self._info
 
@@ -278,8 +278,7 @@ class Engine:
             (lambda step, b, x, done, counts: self._emit_ar(step, b, x, done, counts, owners, prepared, on_preview))
         drafter = None
         if self.model_config.is_blockwise and run.scfg.self_draft and run.scfg.temperature == 0:
-            # Its own drafts, verified by its clean stream (drafting.py); prompt lookup first. Not
-            # held to token-by-token equality under int8: no other decoding of it is the reference.
+            # Its own drafts, verified by its clean stream (drafting.py); prompt lookup first.
             block = min(run.scfg.draft_block or self.model_config.block_size, self.model_config.block_size)
             drafter = Drafter(block, self.model_config.mask_token_id, self._pad_id) if block >= 2 else None
         if drafter is None and self.model_config.is_blockwise and not run.scfg.self_draft:
@@ -292,10 +291,9 @@ class Engine:
                                 on_step=on_step, caches=run.caches)
             return out, owners
         sources = None
-        # Only where verifying a block gives each token what a one-token forward gives it: int8
-        # linears quantize a call's activations over the whole block (int8.py), so there a
-        # block's tokens could differ from token-by-token decoding: int8 decodes token by token.
-        if run.scfg.lookup and run.scfg.temperature == 0 and (drafter is not None or not self.model.int8):
+        # Greedy only: a verified block gives each token what a one-token forward gives it (int8
+        # linears included: causal models quantize each row alone, int8.py).
+        if run.scfg.lookup and run.scfg.temperature == 0:
             sources = {i: LookupSource(self._draft_ids(r.drafts, p, run.scfg), p.prefix, [p.extra, p.suffix])
                        for i, (r, p) in enumerate(zip(requests, prepared))}
         elif drafter is not None:
@@ -369,14 +367,15 @@ class Engine:
         same place. Used to compare a region as it is with a proposed edit of it."""
         if not texts:
             return []
-        if self.model_config.is_causal:
-            raise ValueError("score() needs a masked-diffusion model")
         scfg = self.config.sampler.with_(heal=False)
         tok = self.tokenizer
         seqs = [tok.encode(t) + [self._draft_end] for t in texts]
         p = self._prepare(InfillRequest(prefix, suffix, extra), scfg.with_(span=max(len(s) for s in seqs)))
         rows = [seed_row(build_row(self.model_config, p.prefix, p.suffix, p.extra, len(s)), s) for s in seqs]
         batch = make_batch(rows, self._pad_id, self.device)
+        if self.model_config.is_causal:  # teacher-forced: the clean stream's own probabilities
+            got = score_spans(self.model, batch, vocab_limit=self._vocab_limit, banned=self._banned)
+            return [float(v) for v in got]
         denoiser = Denoiser(self.model, scfg, [0] * len(rows), self._end_ids, self._pad_id, self._banned, {},
                             self._vocab_limit)
         return [float(v) for v in denoiser.judge(batch)]

@@ -106,7 +106,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(e, self.k * self.d, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(e, self.k * self.d, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(self.h * self.d, e, bias=False)
-        self.int8 = False  # run the projections in int8 (DiffusionLM.use_int8)
+        self.int8: bool | str = False  # run the projections in int8: True, or "rows" (DiffusionLM.use_int8)
 
     def forward(self, x, cos, sin, cache: KVCache | None, start: int, mask, fast=None, key_valid=None) -> torch.Tensor:
         q, k, v = self.project(x)
@@ -149,7 +149,7 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-        self.int8 = False  # run the projections in int8 (DiffusionLM.use_int8)
+        self.int8: bool | str = False  # run the projections in int8: True, or "rows" (DiffusionLM.use_int8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _fuse(x):
@@ -170,7 +170,7 @@ def _linear(owner: nn.Module, linears: tuple[nn.Linear, ...], x: torch.Tensor) -
     """`x` through `linears` side by side, in one matmul (CPU inference): in int8 when the
     owner runs so (int8.py), else in the weights' own dtype."""
     if getattr(owner, "int8", False):
-        return int8.linear(x, _cached(owner, linears, "int8"))
+        return int8.linear(x, _cached(owner, linears, "int8-rows" if owner.int8 == "rows" else "int8"))
     if len(linears) == 1:
         return F.linear(x, linears[0].weight, linears[0].bias)
     w, bias = _cached(owner, linears, "fused")
@@ -179,7 +179,7 @@ def _linear(owner: nn.Module, linears: tuple[nn.Linear, ...], x: torch.Tensor) -
 
 def _cached(owner: nn.Module, linears: tuple[nn.Linear, ...], form: str):
     """The linears' weights (and biases) concatenated ("fused": a (weight, bias) pair) or
-    packed as int8 ("int8"), kept on `owner` per set of linears and rebuilt whenever a weight
+    packed as int8 ("int8", or "int8-rows": each row quantized alone), kept on `owner` per set of linears and rebuilt whenever a weight
     was replaced or changed in place (training, loading), so inference reads one matrix.
     Costs one extra copy of those weights in memory (a quarter of it in int8)."""
     key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
@@ -189,7 +189,7 @@ def _cached(owner: nn.Module, linears: tuple[nn.Linear, ...], form: str):
     if cached is None or cached[0] != key:
         w = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight
         bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
-        cached = (key, int8.pack(w, bias) if form == "int8" else (w, bias))
+        cached = (key, int8.pack(w, bias, rows_alone=form == "int8-rows") if form.startswith("int8") else (w, bias))
         store[slot] = cached
     return cached[1]
 
@@ -228,21 +228,25 @@ class DiffusionLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         # Set by the engine when the Triton kernels run: the span attention of a denoising step.
         self.span_attention = None
-        self.int8 = False  # the output head in int8 (use_int8)
+        self.int8: bool | str = False  # the output head in int8: True, or "rows" (use_int8)
 
-    def use_int8(self, on: bool = True) -> None:
+    def use_int8(self, on: bool = True, rows_alone: bool | None = None) -> None:
         """Run every linear layer and the output head in int8 during CPU inference (int8.py);
         training and other devices are unaffected. The float weights stay (the tied
-        embedding reads them)."""
+        embedding reads them). Causal models quantize each row alone ("rows"), so a verified
+        block gives each token what a one-token forward gives it; the others per call, the
+        faster way (`rows_alone` overrides that choice: benchmarks)."""
         why = int8.unavailable() if on else None
         if why is not None:
             raise RuntimeError(why)
         if on and self.lm_head.weight.dtype != torch.float32:
             raise RuntimeError(f"int8 linears quantize float32 weights, not {self.lm_head.weight.dtype}")
-        self.int8 = on
+        alone = self.config.is_causal if rows_alone is None else rows_alone
+        mode = ("rows" if alone else True) if on else False
+        self.int8 = mode
         for m in self.modules():
             if isinstance(m, (Attention, MLP)):
-                m.int8 = on
+                m.int8 = mode
 
     def forward(
         self,

@@ -45,7 +45,7 @@ class EngineInfo:
     parameters: int
     dtype: str  # of the weights, e.g. "bfloat16"
     device: str  # e.g. "cpu", "cuda:0"
-    scores_edits: bool  # `Engine.score` can compare alternatives for one place (not a causal model)
+    scores_edits: bool  # `Engine.score` can compare alternatives for one place (every local model now)
     languages: tuple[str, ...] = ()  # what the model was trained on (empty: not said)
 
 

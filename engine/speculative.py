@@ -182,7 +182,7 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
             ids_t, pos_t, mask = drafter.extend(ids_t, pos_t, kvalid[:, :s], s)
             hidden = model(ids_t, pos_t, kv, start=s, mask=mask)
         forwards += 1
-        logits = _restricted(model.logits(hidden[:, :T]), vocab_limit, banned)  # [B, T, V]
+        logits = restricted(model.logits(hidden[:, :T]), vocab_limit, banned)  # [B, T, V]
         for b, ok in allowed.items():  # token healing: the span's first token
             if not spans[b] and not done[b]:
                 keep = logits[b, 0, ok].clone()
@@ -224,7 +224,7 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
             if not done[b]:
                 advance.append((b, n))
                 # the block that assumed exactly these n - 1 drafts accepted (none without blocks)
-                own[b] = [] if not blocks else drafter.drafts(lambda h: _restricted(model.logits(h), vocab_limit, banned),
+                own[b] = [] if not blocks else drafter.drafts(lambda h: restricted(model.logits(h), vocab_limit, banned),
                                                               hidden, b, n - 1, lengths[b] - len(spans[b]) - 1,
                                                               scfg.draft_floor)
         step = max((n for _, n in advance), default=T)
@@ -250,7 +250,7 @@ def decode_lookup(model: DiffusionLM, batch: Batch, scfg: SamplerConfig, *, sour
     return out
 
 
-def _restricted(logits: torch.Tensor, vocab_limit: int | None, banned: list[int]) -> torch.Tensor:
+def restricted(logits: torch.Tensor, vocab_limit: int | None, banned: list[int]) -> torch.Tensor:
     """`logits` with ids past the vocabulary and the banned ids ruled out, in place."""
     if vocab_limit is not None and vocab_limit < logits.shape[-1]:
         logits[..., vocab_limit:] = float("-inf")

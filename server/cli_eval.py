@@ -93,7 +93,7 @@ def _eval_args(p: argparse.ArgumentParser, what: str, kinds: str, files_required
 
 
 def _eval_infill(args) -> int:
-    from .eval.infill import format_table, parse_kinds, report, run, with_twin
+    from .eval.infill import format_table, parse_kinds, report, run_side_by_side, with_twin
     from .eval.samples import load_sources
     from .core.settings import ServerConfig
     try:
@@ -132,8 +132,8 @@ def _eval_infill(args) -> int:
         steps["window_refresh"] = args.window_refresh
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on",
                           threshold=args.threshold, **window)
-    rep = None
-    for one in (engine, twin) if twin is not None else (engine,):
+    sides = (engine, twin) if twin is not None else (engine,)
+    for one in sides:
         if one is not None:
             one.with_sampler(seed=args.seed, verify_blocks=args.verify_blocks,
                              **(steps if one.model.config.attention == "context_causal" else {}))
@@ -144,7 +144,11 @@ def _eval_infill(args) -> int:
                                  **({} if args.self_draft is None else {"self_draft": args.self_draft == "on"}),
                                  **({} if args.draft_block is None else {"draft_block": args.draft_block}),
                                  **({} if args.draft_floor is None else {"draft_floor": args.draft_floor}))
-        outcomes = run(one, sources, kinds, args.limit, args.seed, config, workspace=args.workspace, spans=args.spans)
+    # One run, the twin answering each sample beside the model: their times compare.
+    answered = run_side_by_side(list(sides), sources, kinds, args.limit, args.seed, config, workspace=args.workspace,
+                                spans=args.spans)
+    rep = None
+    for one, outcomes in zip(sides, answered):
         r = report("drafts" if one is None else one.name, sources, args.seed, outcomes, args.drafts,
                    args.workspace, args.names == "on")
         rep = r if rep is None else with_twin(rep, r)

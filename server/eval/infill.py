@@ -155,23 +155,41 @@ def run(engine, sources: list[Source], kinds: list[str], limit: int, seed: int, 
     """Draw `limit` samples per kind, complete and score each; outcomes per kind. With
     `workspace`, each sample's drafts also come from the other files of its package (the
     first folder of its path)."""
+    return run_side_by_side([engine], sources, kinds, limit, seed, config, on_outcome, workspace, spans)[0]
+
+
+def run_side_by_side(engines: list, sources: list[Source], kinds: list[str], limit: int, seed: int,
+                     config: ServerConfig, on_outcome: Callable[[Scored], None] | None = None,
+                     workspace: bool = False, spans: str = "kind") -> list[dict[str, list[Scored]]]:
+    """`run` for several engines (a model and its twin) on the same samples, each sample answered
+    by every engine in turn, the order alternating from sample to sample: a machine that is
+    busy for a while slows each alike, so their times compare (each engine still sees the
+    samples in the same order as alone). Outcomes per engine, per kind."""
     spaces = packages(sources) if workspace else {}
     drawn = {kind: draw(sources, kind, limit, seed) for kind in kinds}
     first = next((s for k in kinds for s in drawn[k]), None)
     if first is not None:  # warm-up: the first request pays one-time costs; not counted
-        answer_sample(engine, sources[first.file], first, config, spans=spans)
+        for engine in engines:
+            answer_sample(engine, sources[first.file], first, config, spans=spans)
     errors: dict[int, int] = {}  # parse errors of each original file, counted once
-    out: dict[str, list[Scored]] = {}
+    out: list[dict[str, list[Scored]]] = [{} for _ in engines]
+    turn = 0
     for kind in kinds:
-        out[kind] = []
+        for o in out:
+            o[kind] = []
         for sample in drawn[kind]:
             src = sources[sample.file]
             if sample.file not in errors:
                 errors[sample.file] = syntax.count_errors(src.text)
-            o = score_sample(engine, src, sample, config, errors[sample.file], spaces.get(_package(src)), spans)
-            out[kind].append(o)
-            if on_outcome is not None:
-                on_outcome(o)
+            order = list(range(len(engines)))
+            if turn % 2:
+                order.reverse()
+            turn += 1
+            for i in order:
+                o = score_sample(engines[i], src, sample, config, errors[sample.file], spaces.get(_package(src)), spans)
+                out[i][kind].append(o)
+                if on_outcome is not None:
+                    on_outcome(o)
     return out
 
 

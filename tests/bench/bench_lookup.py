@@ -1,7 +1,7 @@
 """Lookup decoding of the autoregressive twin, span windows of the diffusion model, or a
 block-causal model's own drafts: the same output in less time?
 
-    python tests/bench/bench_lookup.py [--setting lookup|span_window|self_draft] [--model redraft-ar]
+    python tests/bench/bench_lookup.py [--setting lookup|span_window|self_draft|int8_rows] [--model redraft-ar]
                                        [--dtype float32] [--files server] [--limit 40]
                                        [--kinds next_line,block] [--tokens 8] [--ngram 3] [--sampler JSON]
                                        [--cache] [--threads 1] [--repeats 1] [--out FILE.json]
@@ -19,16 +19,18 @@ against span windows (SamplerConfig.span_window), whose stale keys may change an
 `--setting self_draft` (a "block_causal" model): its clean stream verifying prompt-lookup
 drafts only (`draft_block` 1: no block drafts), against self-drafting (engine/drafting.py: the
 noisy blocks' drafts where lookup has none), outputs identical up to floating point.
+`--setting int8_rows` (a causal model, int8 linears): activations quantized per call, token by
+token (how int8 decoded before 2026-12-07), against each row quantized alone with lookup
+decoding (engine/int8.py; outputs the same up to floating point and the quantization grid).
 Reported per kind and overall: requests, identical outputs, median generate ms of each and their
 ratio (off / on), mean generate ms, mean forwards, mean span positions run, tokens per forward (span tokens over
 forwards), drafted tokens accepted per request, and how many requests had a server draft.
 Prints one JSON object. Timings are this machine's (the host kind is named in the output:
 `avx512_bf16` present or AVX2-only); quote medians and the ratio from one run.
 
-The dtype defaults to float32, not the engine's `auto`: on an AVX2-only CPU `auto` picks int8
-linears, which decode token by token whatever the lookup setting (their activations are
-quantized over a whole block, so verifying one would not be exact), and both columns would be
-the same. Span windows run with int8 linears too.
+The dtype defaults to float32, not the engine's `auto` (int8 linears on an AVX2-only CPU), so
+that `lookup` figures compare across hosts; `--dtype int8` runs any setting with int8 linears
+(causal models quantize each row alone there, so lookup verifies drafts as in float32).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def request(engine: Engine, src, sample, config: ServerConfig, setting: str, on:
     ctx = context.build(snap, engine.count_tokens, engine.context_budget(span_max))
     drafts = usable_drafts(snap, document_windows(snap))
     engine.forget(URI)  # cold: both runs encode the whole context
+    if setting == "int8_rows":
+        engine.model.use_int8(True, rows_alone=on)
     sampler = engine.sampler.with_(**SETTINGS[setting](on))
     out = fill(engine, snap, model_view(snap, ctx), ctx.span, [d.text for d in drafts], None, sampler=sampler,
                stop=postprocess.Unit.of(snap))
@@ -86,6 +90,7 @@ SETTINGS = {  # what each side of a setting changes
     "lookup": lambda on: {"lookup": on},
     "span_window": lambda on: {"span_window": on},
     "self_draft": lambda on: {"self_draft": True} if on else {"self_draft": True, "draft_block": 1},
+    "int8_rows": lambda on: {"lookup": on},
 }
 
 
@@ -123,7 +128,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", choices=tuple(SETTINGS), default="lookup")
     ap.add_argument("--model", default=None, help="default: redraft-ar for lookup, redraft-diffusion for span_window")
-    ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 | auto | int8 (int8: no lookup decoding)")
+    ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 | auto | int8 (int8_rows: always int8)")
     ap.add_argument("--files", type=Path, default=ROOT / "server")
     ap.add_argument("--limit", type=int, default=40, help="samples per kind")
     ap.add_argument("--kinds", default="next_line,block")
@@ -139,11 +144,11 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.model is None:
-        args.model = "redraft-ar" if args.setting == "lookup" else "redraft-diffusion"
-    engine = Engine.load(args.model, dtype=args.dtype)
+        args.model = "redraft-ar" if args.setting in ("lookup", "int8_rows") else "redraft-diffusion"
+    engine = Engine.load(args.model, dtype="int8" if args.setting == "int8_rows" else args.dtype)
     changes = {k: v for k, v in (("lookup_tokens", args.tokens), ("lookup_ngram", args.ngram)) if v is not None}
     engine.with_sampler(**changes, **json.loads(args.sampler))
-    if args.setting == "lookup" and not engine.model_config.is_causal:
+    if args.setting in ("lookup", "int8_rows") and not engine.model_config.is_causal:
         print(f"{args.model} is not a causal model: lookup decoding is the twin's", file=sys.stderr)
         return 2
     if args.setting == "span_window" and engine.model_config.attention != "context_causal":

@@ -125,4 +125,7 @@ def test_the_engine_decodes_a_block_causal_checkpoint_several_tokens_a_forward(t
     one = engine.infill(TEXT, "", sampler=engine.with_sampler(span=16, threshold=1.0, min_score=float("-inf"),
                                                               verify_blocks=False))
     assert one.stats.forwards == one.stats.span_tokens + (1 if one.stats.span_tokens < 16 else 0)
-    assert not engine.info().scores_edits
+    # It judges alternatives by its clean stream, teacher-forced (autoregressive.score_spans).
+    assert engine.info().scores_edits
+    scores = engine.score(TEXT, "", [" shape.width + shape.height", " ) ) ) ) )"])
+    assert len(scores) == 2 and all(-50 < s < 0 for s in scores) and scores[0] != scores[1]

@@ -34,6 +34,31 @@ def test_linear_is_within_int8_error_of_float(shape):
     assert (err / terms).max() < 0.01
 
 
+@pytest.mark.parametrize("rows", [2, 5, 17, 64])
+def test_rows_alone_gives_each_row_its_one_row_result_bit_for_bit(rows):
+    """The causal models' packing: a row's result does not depend on the rows beside it, even
+    rows a thousand times larger or all zero; and it stays within int8 error of float."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 256, generator=g) * torch.logspace(-2, 1, rows)[:, None]
+    x[rows // 2] = 0.0
+    w, b = torch.randn(384, 256, generator=g), torch.randn(384, generator=g)
+    packed = int8.pack(w, b, rows_alone=True)
+    with torch.inference_mode():
+        together = int8.linear(x, packed)
+        alone = torch.cat([int8.linear(x[i:i + 1], packed) for i in range(rows)])
+        batched = int8.linear(x.reshape(1, rows, 256), packed)
+    assert torch.equal(together, alone) and torch.equal(batched[0], together)
+    assert torch.equal(together[rows // 2], b)
+    want = x @ w.t() + b
+    err = (together - want).norm(dim=1) / (x @ w.t()).norm(dim=1).clamp_min(1e-6)
+    assert err[torch.arange(rows) != rows // 2].max() < 0.03
+
+
+def test_only_causal_models_quantize_rows_alone():
+    assert Engine.load("redraft-ar", dtype="int8").model.int8 == "rows"
+    assert Engine.load(dtype="int8").model.int8 is True
+
+
 @pytest.fixture(scope="module")
 def pair():
     return Engine.load(dtype="float32"), Engine.load(dtype="int8")

@@ -172,21 +172,28 @@ def test_lookup_off_or_sampling_decodes_token_by_token(tiny_ar):
             SamplerConfig(**bad)
 
 
-def test_int8_linears_decode_token_by_token(twin):
-    """They quantize a forward's activations over the whole block, so a verified block could
-    differ from token-by-token decoding: the engine does not verify drafts there."""
+def test_int8_linears_verify_drafts_and_write_the_token_by_token_text(twin):
+    """A causal model's int8 linears quantize each row alone (int8.py), so a verified block
+    gives each token what a one-token forward gives it: the same text in fewer forwards."""
     from redraft.engine import int8
     if not int8.available():
         pytest.skip(int8.unavailable())
     engine = Engine(twin.model, twin.tokenizer, twin.config, name="int8")
     engine.model.use_int8()
     try:
+        assert engine.model.int8 == "rows"
         prefix = "def area(width, height):\n    return width * height\n\n\ndef volume(width, height):\n    return "
         sampler = engine.sampler.with_(span=12, min_score=float("-inf"))
         plain = engine.infill(prefix, "\n", sampler=sampler.with_(lookup=False))
+        assert len(plain.token_ids) >= 4 and plain.stats.forwards >= len(plain.token_ids)
         got = engine.infill(prefix, "\n", drafts=[plain.text], sampler=sampler)
-        assert got.token_ids == plain.token_ids and got.stats.forwards == plain.stats.forwards
-        assert got.stats.draft_kept == 0
+        assert got.token_ids == plain.token_ids
+        assert got.stats.draft_kept >= len(plain.token_ids) // 2 and 3 * got.stats.forwards <= plain.stats.forwards
+        # Lookup drafts from the prefix alone (no draft given): still the plain text.
+        repeat = prefix + "width * height\n\n\ndef cube(width, height):\n    return "
+        a = engine.infill(repeat, "\n", sampler=sampler.with_(lookup=False))
+        b = engine.infill(repeat, "\n", sampler=sampler)
+        assert a.token_ids == b.token_ids and b.stats.forwards < a.stats.forwards
     finally:
         engine.model.use_int8(False)
 

@@ -268,7 +268,7 @@ def test_info_says_what_the_engine_is_and_can_do(engines, family):
     info = engine.info()
     assert info.name == engine.name and info.dtype == "float32" and info.device == "cpu"
     assert info.parameters == sum(p.numel() for p in engine.model.parameters())
-    assert info.scores_edits == (family != "redraft-ar")  # only models that are not causal score alternatives
+    assert info.scores_edits  # every model scores alternatives (causal ones teacher-forced)
     assert engine.info() is info
 
 

@@ -290,6 +290,25 @@ def test_eval_infill_reports_the_twin_on_the_same_samples(tmp_path_factory, fold
     assert refused.returncode == 2 and "--twin" in refused.stderr
 
 
+def test_side_by_side_answers_each_sample_with_both_engines_in_alternating_order(tmp_path_factory, folder):
+    """The twin answers each sample right beside the model, first on every other sample, and
+    each engine's outcomes are what it gives alone."""
+    from redraft.engine import Engine
+    root = tmp_path_factory.mktemp("side-by-side")
+    a = Engine.load(tiny.make_family(root / "rd", "redraft"), dtype="float32")
+    b = Engine.load(tiny.make_family(root / "ar", "redraft-ar"), dtype="float32")
+    found, _ = samples.load_sources(folder)
+    seen = []
+    both = infill.run_side_by_side([a, b], found, ["next_line"], 4, 3, ServerConfig(), on_outcome=seen.append)
+    assert len(both) == 2 and len(both[0]["next_line"]) == len(both[1]["next_line"]) == 4
+    owner = [0 if any(o is x for x in both[0]["next_line"]) else 1 for o in seen]
+    assert owner == [0, 1, 1, 0, 0, 1, 1, 0]
+    for engine, got in ((a, both[0]), (b, both[1])):
+        alone = infill.run(engine, found, ["next_line"], 4, 3, ServerConfig())["next_line"]
+        assert [(o.raw, o.abstained) for o in got["next_line"]] == [(o.raw, o.abstained) for o in alone]
+        assert any(o.stats is not None and o.stats.forwards > 0 for o in alone)
+
+
 def test_eval_infill_twin_without_lookup_decodes_token_by_token_to_the_same_text(tmp_path_factory, folder):
     root = tmp_path_factory.mktemp("eval-plain-twin")
     model, twin = tiny.make_family(root / "rd", "redraft"), tiny.make_family(root / "ar", "redraft-ar")

@@ -27,8 +27,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--ext", default=".py", metavar="EXTS",
                     help="comma-separated file name endings to sample from (default .py; e.g. .ts,.go,.rs)")
     ei.add_argument("--twin", default=None, metavar="MODEL",
-                    help="also run this model (e.g. redraft-ar) on the same samples with the same settings, "
-                         "and report it beside the model: generate time as a ratio, quality in points")
+                    help="also run this model (e.g. redraft-ar) on the same samples with the same settings, each "
+                         "sample answered by both in turn, and report it beside the model: generate time as a "
+                         "ratio, quality in points")
     ei.add_argument("--twin-lookup", choices=("on", "off"), default="on",
                     help="the causal twin verifies drafts by prompt-lookup decoding (on, as served) or decodes "
                          "token by token (off: plain autoregressive decoding, for 'model alone' figures)")

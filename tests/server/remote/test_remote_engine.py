@@ -187,3 +187,21 @@ def test_serve_http_serves_the_protocol_and_an_inference_uses_it(tiny_model):
         client.shutdown()
         running.stop()
         server_side.shutdown()
+
+
+def test_a_remote_causal_model_scores_alternatives_as_in_process(tmp_path):
+    """The twin judges next edits too (teacher-forced): the engine routes answer its scores."""
+    import tiny
+    folder = tiny.make_family(tmp_path / "ar", "redraft-ar")
+    local, served = Engine.load(str(folder), dtype="float32"), Engine.load(str(folder), dtype="float32")
+    running = Running(engine_app(lambda: served))
+    remote = RemoteEngine(running.url, token=TOKEN, timeout_s=30)
+    try:
+        assert remote.connect().scores_edits is True and core.can_judge_edits(remote)
+        texts = ["b", "a + b", "b - a  # no"]
+        want = local.score(PREFIX, SUFFIX, texts, extra="# helper\n")
+        assert len(want) == 3 and len(set(want)) == 3
+        assert remote.score(PREFIX, SUFFIX, texts, extra="# helper\n") == pytest.approx(want, abs=1e-5)
+    finally:
+        remote.close()
+        running.stop()

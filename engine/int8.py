@@ -15,7 +15,7 @@ verified block of drafts could decode differently from one token at a time. Wher
 -1 (against two zero weight columns), pin every call's range to [-1, 1]. Each row is then
 quantized on the same grid whatever else is in the call, its integer products are exact, and
 the result, times the row's magnitude, is bit for bit the row's result alone; the four extra
-element-wise passes cost ~1.5 ms a forward of the default model (~25% at one token).
+element-wise passes cost ~1.5 ms a forward of the shipped twin (~25% at one token).
 `reduce_range` keeps activations to 7 bits, as fbgemm needs on x86: its u8 x s8 pair products
 must not saturate int16. Nothing here keeps state; model.py caches the packed weights per
 module.

@@ -179,8 +179,9 @@ def _linear(owner: nn.Module, linears: tuple[nn.Linear, ...], x: torch.Tensor) -
 
 def _cached(owner: nn.Module, linears: tuple[nn.Linear, ...], form: str):
     """The linears' weights (and biases) concatenated ("fused": a (weight, bias) pair) or
-    packed as int8 ("int8", or "int8-rows": each row quantized alone), kept on `owner` per set of linears and rebuilt whenever a weight
-    was replaced or changed in place (training, loading), so inference reads one matrix.
+    packed as int8 ("int8", or "int8-rows": each row quantized alone), kept on `owner` per set
+    of linears and rebuilt whenever a weight was replaced or changed in place (training,
+    loading), so inference reads one matrix.
     Costs one extra copy of those weights in memory (a quarter of it in int8)."""
     key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
     store = owner.__dict__.setdefault("_weights_cache", {})

@@ -10,6 +10,13 @@ to end ([N, E], N = sum of B x T), and only attention runs per run, over its own
 That is where batching pays: one large matmul per weight instead of one small one per run
 (and on a GPU, one kernel launch instead of one per run). Each run gets back exactly the
 hidden states its own forward would have given (up to float summation order).
+
+The same holds within one forward whose rows are padded to the longest: the rows of a request
+(drafts of different lengths, span-length candidates) and of merged requests. Where padding is
+a large share of a block (a third of the positions of the judging forwards of blocks on the
+held-out packages), each row runs as its own forward of its own length, all in one pass, and
+the padding runs nowhere; its hidden states are zeros, which nothing reads (picks and scores
+read span positions only, unmask.py `span_positions`).
 """
 
 from __future__ import annotations
@@ -40,16 +47,70 @@ class Forward:
 
     def run(self) -> torch.Tensor:
         """This forward alone (what the run does when nobody batches it)."""
-        self.hidden = self.model(self.ids, self.pos, self.kv, start=self.start, key_valid=self.key_valid)
+        rows = self.rows_trimmed()
+        if rows is not None:
+            _run_rows([self], [rows])
+        else:
+            self.hidden = self.model(self.ids, self.pos, self.kv, start=self.start, key_valid=self.key_valid)
         return self.hidden
+
+    def rows_trimmed(self) -> list[Forward] | None:
+        """One forward a row, each cut to the row's own tokens, when padding after the rows'
+        tokens is at least PADDED_SHARE of the block; None otherwise (or when some row's valid
+        tokens are not a prefix of its block). Their keys/values go to this forward's cache."""
+        if self.key_valid is None or self.ids.shape[1] < 2:
+            return None
+        valid = self.key_valid[:, self.start:]
+        lengths = valid.sum(1)
+        B, T = valid.shape
+        if int(lengths.sum()) > (1 - PADDED_SHARE) * B * T or int(lengths.min()) == 0:
+            return None
+        if not bool((valid == (torch.arange(T, device=valid.device) < lengths[:, None])).all()):
+            return None
+        out = []
+        for b, n in enumerate(lengths.tolist()):
+            kv = KVCache.__new__(KVCache)  # row b's slice of the cache: writes land in it
+            kv.k, kv.v = [t[b:b + 1] for t in self.kv.k], [t[b:b + 1] for t in self.kv.v]
+            keys = self.key_valid[b:b + 1, :self.start + n]
+            out.append(Forward(self.model, self.ids[b:b + 1, :n], self.pos[b:b + 1, :n], kv, self.start,
+                               None if bool(keys.all()) else keys))
+        return out
+
+
+PADDED_SHARE = 0.25  # below this, one padded call costs less than a call a row
 
 
 def run_together(forwards: list[Forward]) -> None:
-    """Run every forward (all of one model) in one pass; each gets its `hidden`."""
+    """Run every forward (all of one model) in one pass; each gets its `hidden`. Forwards whose
+    rows are padded run as one forward a row, cut to its length (`Forward.rows_trimmed`)."""
     if not forwards:
         return
-    if len(forwards) == 1:
+    parts = [f.rows_trimmed() for f in forwards]
+    if any(p is not None for p in parts):
+        _run_rows(forwards, parts)
+    elif len(forwards) == 1:
         forwards[0].run()
+    else:
+        _run_merged(forwards)
+
+
+def _run_rows(forwards: list[Forward], parts: list[list[Forward] | None]) -> None:
+    """The forwards in one pass, those with `parts` as their rows cut to length; the rows'
+    hidden states are laid back into their blocks, zeros over the padding."""
+    _run_merged([g for f, p in zip(forwards, parts) for g in (p if p is not None else [f])])
+    for f, p in zip(forwards, parts):
+        if p is not None:
+            f.hidden = torch.zeros((*f.ids.shape, p[0].hidden.shape[-1]), dtype=p[0].hidden.dtype,
+                                   device=p[0].hidden.device)
+            for b, g in enumerate(p):
+                f.hidden[b, :g.ids.shape[1]] = g.hidden[0]
+
+
+def _run_merged(forwards: list[Forward]) -> None:
+    """Token-wise work over every forward's tokens laid end to end, attention per forward."""
+    if len(forwards) == 1:
+        forwards[0].hidden = forwards[0].model(forwards[0].ids, forwards[0].pos, forwards[0].kv,
+                                               start=forwards[0].start, key_valid=forwards[0].key_valid)
         return
     model = forwards[0].model
     assert all(f.model is model for f in forwards), "one model per merged forward"

@@ -47,6 +47,52 @@ def test_forwards_run_together_give_each_run_its_own_hidden_states_and_cache(eng
             assert bool(k_t[:, :, C:C + T].abs().sum() > 0)
 
 
+
+def _padded_rows(model, lengths: list[int], T: int, seed: int) -> Forward:
+    """One run's block of len(lengths) rows over a shared context of 20 tokens, row b's tokens
+    the first lengths[b] of T, the rest padding (drafts of different lengths)."""
+    f = _forward(model, len(lengths), 20, T, padded=False, seed=seed)
+    valid = torch.ones(len(lengths), 20 + T, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        valid[b, 20 + n:] = False
+    f.key_valid = valid
+    return f
+
+
+@torch.inference_mode()
+def test_padded_rows_run_cut_to_their_own_length_and_match_the_padded_forward(engines):
+    model = engines["redraft"].model
+    lengths, T = [12, 3, 5], 12
+    trimmed = _padded_rows(model, lengths, T, seed=7)
+    parts = trimmed.rows_trimmed()
+    assert parts is not None and [p.ids.shape[1] for p in parts] == lengths  # 20 of 36 positions run
+    padded = _padded_rows(model, lengths, T, seed=7)
+    padded.hidden = model(padded.ids, padded.pos, padded.kv, start=padded.start, key_valid=padded.key_valid)
+    trimmed.run()
+    assert trimmed.hidden.shape == padded.hidden.shape
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(trimmed.hidden[b, :n], padded.hidden[b, :n], rtol=1e-4, atol=1e-4)
+        assert bool((trimmed.hidden[b, n:] == 0).all())  # padding ran nowhere
+        for k_t, k_p in zip(trimmed.kv.k + trimmed.kv.v, padded.kv.k + padded.kv.v):
+            torch.testing.assert_close(k_t[b, :, 20:20 + n], k_p[b, :, 20:20 + n], rtol=1e-4, atol=1e-4)
+    # merged with another run's forward, the same again
+    other, again = _forward(model, 2, 30, 4, padded=False, seed=3), _padded_rows(model, lengths, T, seed=7)
+    run_together([other, again])
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(again.hidden[b, :n], padded.hidden[b, :n], rtol=1e-4, atol=1e-4)
+    alone = _forward(model, 2, 30, 4, padded=False, seed=3)
+    torch.testing.assert_close(other.hidden, alone.run(), rtol=1e-4, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_rows_little_padded_or_padded_inside_run_as_one_block(engines):
+    model = engines["redraft"].model
+    assert _padded_rows(model, [12, 11, 10], 12, seed=1).rows_trimmed() is None  # 3 of 36 padded
+    holes = _padded_rows(model, [12, 2, 2], 12, seed=1)
+    holes.key_valid[1, 20 + 5] = True  # a valid token after padding: not a prefix
+    assert holes.rows_trimmed() is None
+    assert _forward(model, 2, 20, 6, padded=False, seed=1).rows_trimmed() is None  # no padding at all
+
 def _step_together(engine, runs):
     """Drive several infill_steps generators as a scheduler would: each to its next forward,
     those forwards as one, each past it. Returns each run's answer and the merged sizes."""

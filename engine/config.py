@@ -181,6 +181,13 @@ class SamplerConfig:
     # whole span again; 0 = only the first.
     span_window: bool = False
     window_refresh: int = 0
+    # Span windows, greedy, no cache model: prompt lookup inside the window (sampler.py,
+    # `_probes`). Before a window's forward, each row's next masked positions take the tokens
+    # that followed the latest earlier occurrence of its last `lookup_ngram`..3 tokens (context
+    # or span, as the twin's lookup: speculative.Proposer), up to `lookup_tokens`, shown to the
+    # model; it keeps the run of them its own picks agree with, and its own pick after that run
+    # commits by the threshold as any pick. The twin's path has had these drafts all along.
+    window_lookup: bool = False
     heal: bool = True  # token healing when the prefix ends inside a token
     # Judging a seeded draft token: "keep" keeps it when the model gives it at least `draft_keep`;
     # "override" keeps it unless the model gives another token at least `draft_keep` (the draft
@@ -287,6 +294,8 @@ class SamplerConfig:
             raise ValueError(f"span_window must be true or false, got {self.span_window!r}")
         if self.window_refresh < 0:
             raise ValueError("window_refresh must be >= 0")
+        if not isinstance(self.window_lookup, bool):
+            raise ValueError(f"window_lookup must be true or false, got {self.window_lookup!r}")
         if self.lookup_tokens < 1:
             raise ValueError("lookup_tokens must be >= 1")
         if not 1 <= self.lookup_ngram <= 3:

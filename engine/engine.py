@@ -35,6 +35,7 @@ from .result import Completion, Preview, Stats
 from .sampler import Denoised, Denoiser, drain
 from .speculative import LookupSource
 from .step import StepGraphs
+from .window_lookup import WindowLookup
 from .tokenizer import Tokenizer
 from redraft.kernels import backend
 
@@ -314,6 +315,10 @@ class Engine:
                             caches=run.caches, reuses=run.reuses,
                             on_step=None if on_preview is None else
                             (lambda step, d, b, x, m, lp: self._emit(step, d.alive, b, x, m, lp, prepared, on_preview)))
+        scfg = run.scfg
+        if scfg.window_lookup and scfg.span_window and scfg.temperature == 0 and not run.caches:
+            denoiser.lookup = WindowLookup({i: LookupSource([], p.prefix, [p.extra, p.suffix])
+                                            for i, p in enumerate(prepared)}, scfg.lookup_tokens, scfg.lookup_ngram)
         stop = run.stop_rule()
         if stop is not None:
             denoiser.stop = lambda b, ids: stop(denoiser.alive[b], self._text(ids, prepared[denoiser.alive[b]]))
@@ -357,7 +362,7 @@ class Engine:
                         tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
                         total_ms=total_ms, drafts=drafts, draft=source,
                         draft_kept=0 if out.kept is None else int(out.kept[r]),
-                        window_steps=out.window_steps, positions=out.positions)
+                        window_steps=out.window_steps, positions=out.positions, lookup_kept=out.lookup_kept)
         return c
 
     @torch.inference_mode()

@@ -40,6 +40,7 @@ class Forward:
     start: int  # where the block's keys/values go in `kv`
     key_valid: torch.Tensor | None  # [B, start + T], None when every key is valid
     hidden: torch.Tensor | None = None  # [B, T, E] after the final norm
+    causal: bool = False  # the block attends causally within itself (window_lookup.py judging)
 
     @property
     def tokens(self) -> int:
@@ -51,7 +52,8 @@ class Forward:
         if rows is not None:
             _run_rows([self], [rows])
         else:
-            self.hidden = self.model(self.ids, self.pos, self.kv, start=self.start, key_valid=self.key_valid)
+            self.hidden = self.model(self.ids, self.pos, self.kv, start=self.start, causal=self.causal,
+                                     key_valid=self.key_valid)
         return self.hidden
 
     def rows_trimmed(self) -> list[Forward] | None:
@@ -73,7 +75,7 @@ class Forward:
             kv.k, kv.v = [t[b:b + 1] for t in self.kv.k], [t[b:b + 1] for t in self.kv.v]
             keys = self.key_valid[b:b + 1, :self.start + n]
             out.append(Forward(self.model, self.ids[b:b + 1, :n], self.pos[b:b + 1, :n], kv, self.start,
-                               None if bool(keys.all()) else keys))
+                               None if bool(keys.all()) else keys, causal=self.causal))
         return out
 
 
@@ -109,8 +111,8 @@ def _run_rows(forwards: list[Forward], parts: list[list[Forward] | None]) -> Non
 def _run_merged(forwards: list[Forward]) -> None:
     """Token-wise work over every forward's tokens laid end to end, attention per forward."""
     if len(forwards) == 1:
-        forwards[0].hidden = forwards[0].model(forwards[0].ids, forwards[0].pos, forwards[0].kv,
-                                               start=forwards[0].start, key_valid=forwards[0].key_valid)
+        f = forwards[0]
+        f.hidden = f.model(f.ids, f.pos, f.kv, start=f.start, causal=f.causal, key_valid=f.key_valid)
         return
     model = forwards[0].model
     assert all(f.model is model for f in forwards), "one model per merged forward"
@@ -120,8 +122,8 @@ def _run_merged(forwards: list[Forward]) -> None:
     sizes = [f.tokens for f in forwards]
     rotary = [body.rotary_emb(f.pos, x.dtype) for f in forwards]
     fast = model.span_attention
-    masks = [None if fast is not None else
-             attention_mask(f.ids.shape[0], f.ids.shape[1], f.start, False, f.key_valid, ids.device)
+    masks = [None if fast is not None and not f.causal else
+             attention_mask(f.ids.shape[0], f.ids.shape[1], f.start, f.causal, f.key_valid, ids.device)
              for f in forwards]
     for layer in body.layers:
         attn = layer.self_attn
@@ -131,7 +133,7 @@ def _run_merged(forwards: list[Forward]) -> None:
                                                         v.split(sizes)):
             B, T = f.ids.shape
             y = attn.attend(q_i.view(B, T, -1), k_i.view(B, T, -1), v_i.view(B, T, -1), cos, sin, f.kv, f.start,
-                            mask, fast, f.key_valid)
+                            mask, None if f.causal else fast, f.key_valid)
             parts.append(y.reshape(B * T, -1))
         x = x + attn.out(torch.cat(parts))
         x = x + layer.mlp(layer.post_attention_layernorm(x))

@@ -25,6 +25,7 @@ class Stats:
     cache_queries: int = 0  # text lookups the cache model made for this request (0: no cache)
     window_steps: int = 0  # denoising steps that ran a span window, not the whole span (sampler.py)
     positions: int = 0  # span positions the forwards ran, every row counted (diffusion; 0 otherwise)
+    lookup_kept: int = 0  # prompt-lookup tokens the diffusion model kept in span windows (window_lookup.py)
 
     @property
     def tokens_per_forward(self) -> float:

@@ -51,6 +51,7 @@ class Running:
     static_steps: int = 0
     hopeless: set[int] = field(default_factory=set)  # requests given up early: they abstain
     beaten: int = 0  # plain rows dropped behind a finished draft (Denoiser._drop_beaten)
+    lookup_kept: int = 0  # prompt-lookup tokens kept in span windows (window_lookup.py)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only `rows` (ascending indices, on the host) go on."""
@@ -88,6 +89,7 @@ class Denoised:
     reused_by: dict[int, int] = field(default_factory=dict)  # request -> context tokens reused (`reuses`)
     window_steps: int = 0  # steps that ran a span window alone
     positions: int = 0  # span positions every forward ran, summed
+    lookup_kept: int = 0  # prompt-lookup tokens kept in span windows (window_lookup.py)
 
 
 T = TypeVar("T")

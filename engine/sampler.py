@@ -47,6 +47,7 @@ from .running import Denoised, Running, drain
 from .step import StepGraphs
 from .unmask import (best_rows_first_step, block_ends, commit_mask, cut_at_first_mask, defer_early_ends, fewer,
                      fill_after_end, mean_to_end, outside_block, span_positions, stop_finished_units)
+from .window_lookup import WindowLookup, judge as judge_probes, positions as probe_positions, show as show_probes
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
@@ -80,6 +81,8 @@ class Denoiser:
     # request -> its document's ContextCache, for batches of several requests (`reuse` is the
     # one cache of a single-request batch); only for causally attending contexts.
     reuses: dict[int, ContextCache] = field(default_factory=dict)
+    # Prompt lookup inside span windows (window_lookup.py; SamplerConfig.window_lookup), or None.
+    lookup: WindowLookup | None = None
     reused_by: dict[int, int] = field(init=False, default_factory=dict)  # request -> context tokens reused
     running: Running | None = field(init=False, default=None)  # the rows of the current (or last) run
     ends_host: torch.Tensor = field(init=False)  # end_ids for the host-side decision
@@ -143,7 +146,7 @@ class Denoiser:
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
                         st.kept, score, st.static_steps, st.hopeless, dict(self.reused_by), st.window_steps,
-                        st.positions)
+                        st.positions, st.lookup_kept)
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -208,11 +211,16 @@ class Denoiser:
             inside = a_idx < block_ends(st.masked, st.batch.span_at, self.scfg.block_size)[b_idx]
             b_idx, a_idx = b_idx[inside], a_idx[inside]
         window = self._window(st)
+        probes = self._probes(st) if window is not None else {}
+        if probes:  # the window runs on through each proposal and the position after it
+            show_probes(st.x, probes)
+            window = (window[0], max(window[1], max(p.end for p in probes.values()) - self._shift))
         if window is not None:  # picks only where the window's outputs land
             lo, hi = window[0] + self._shift, window[1] + self._shift
             inside = (a_idx >= lo) & (a_idx < hi)
-            b_idx, a_idx = b_idx[inside], a_idx[inside]
-        picks = yield from self._pick(st, b_idx, a_idx, gen, window)
+            b_idx, a_idx = probe_positions(b_idx[inside], a_idx[inside], probes)
+        picks = yield from self._pick(st, b_idx, a_idx, gen, window, causal=bool(probes))
+        raw_score = picks.score.clone() if probes else None
         if st.guess is not None:
             st.guess[b_idx, a_idx], st.guess_logp[b_idx, a_idx] = picks.tokens, picks.top_logp
         st.forwards += 1
@@ -221,6 +229,10 @@ class Denoiser:
             defer_early_ends(picks, b_idx, a_idx, st.masked, self.ends_host)
         if self.scfg.block_size:
             outside_block(picks, b_idx, a_idx, st.masked, st.batch.span_at, self.scfg.block_size)
+        if probes:
+            b_idx, a_idx, picks, kept = judge_probes(probes, b_idx, a_idx, picks, raw_score, st.x, self._mask_id,
+                                                     self.scfg.threshold)
+            st.lookup_kept += sum(kept.values())
         if step == 1 and self.scfg.length_choice == "first_step" and st.batch.B > 1:
             b_idx, a_idx, picks = self._choose_length(st, b_idx, a_idx, picks)
         self._commit(st, b_idx, a_idx, picks, step, max_steps)
@@ -323,6 +335,13 @@ class Denoiser:
                     return k
         return None
 
+    def _probes(self, st: Running) -> dict:
+        """This window step's prompt-lookup proposals (window_lookup.py), for a run down to one
+        row: rows of one forward share its window, and a proposal would widen it for all."""
+        if self.lookup is None or st.batch.B != 1 or self.scfg.temperature > 0 or self.caches:
+            return {}
+        return self.lookup.probes(st.x, st.masked, st.batch.span_at, [r.length for r in st.batch.rows], st.alive)
+
     def _window(self, st: Running) -> tuple[int, int] | None:
         """The span positions [lo, hi) this step runs (`SamplerConfig.span_window`), or None for
         the whole span. Positions before the open block that committed a token since they last
@@ -352,14 +371,14 @@ class Denoiser:
             hi = A - s
         return lo, min(max(hi, lo + 1), A)
 
-    def _pick(self, st: Running, b_idx, a_idx, gen, window: tuple[int, int] | None = None
-              ) -> Generator[Forward, None, Picks]:
+    def _pick(self, st: Running, b_idx, a_idx, gen, window: tuple[int, int] | None = None,
+              causal: bool = False) -> Generator[Forward, None, Picks]:
         """Picks at the masked positions (b_idx, a_idx): from hidden states already computed,
         the static step, or a forward over the active block or a window of it (yielded: see
         ragged.py)."""
         if window is not None:
             lo, hi = window
-            part = yield from self._forward(st.x, st.batch, st.kv, st.kvalid, window)
+            part = yield from self._forward(st.x, st.batch, st.kv, st.kvalid, window, causal)
             hidden = part.new_zeros(part.shape[0], st.x.shape[1], part.shape[2])
             hidden[:, lo:hi] = part
             st.ran[:, lo:hi] = st.x[:, lo:hi]
@@ -388,16 +407,16 @@ class Denoiser:
             st.positions += st.x.numel()
         return self._choose_rows(hidden, b_idx, a_idx, st, gen)
 
-    def _forward(self, x, batch: Batch, kv: KVCache, kvalid,
-                 window: tuple[int, int] | None = None) -> Generator[Forward, None, torch.Tensor]:
+    def _forward(self, x, batch: Batch, kv: KVCache, kvalid, window: tuple[int, int] | None = None,
+                 causal: bool = False) -> Generator[Forward, None, torch.Tensor]:
         """The active block's hidden states over the cached context, or those of its positions
         [lo, hi) (`window`), which write their keys/values in place and attend to what is
-        before them and to each other, not to the span after them: the forward is yielded
-        first, so a scheduler can run it in one pass with other runs' (ragged.py); run here
-        when it was not."""
+        before them and to each other (`causal`: each only to those before it), not to the span
+        after them: the forward is yielded first, so a scheduler can run it in one pass with
+        other runs' (ragged.py); run here when it was not."""
         lo, hi = (0, x.shape[1]) if window is None else window
         forward = Forward(self.model, x[:, lo:hi].to(batch.act_ids.device), batch.act_pos[:, lo:hi], kv,
-                          batch.C + lo, None if kvalid is None else kvalid[:, :batch.C + hi])
+                          batch.C + lo, None if kvalid is None else kvalid[:, :batch.C + hi], causal=causal)
         yield forward
         return forward.hidden if forward.hidden is not None else forward.run()
 

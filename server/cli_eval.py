@@ -62,6 +62,9 @@ def eval_parser(sub) -> None:
                          "attending to what is before it (default: the model's own setting)")
     ei.add_argument("--window-refresh", type=int, default=None, metavar="R",
                     help="with span windows, every R-th step runs the whole span again (0: only the first)")
+    ei.add_argument("--window-lookup", choices=("on", "off"), default=None,
+                    help="with span windows, prompt-lookup proposals judged in the window (default: the model's "
+                         "own setting; off: 'model alone', as --twin-lookup off for the twin)")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -131,6 +134,8 @@ def _eval_infill(args) -> int:
     steps = {} if args.span_window is None else {"span_window": args.span_window == "on"}
     if args.window_refresh is not None:
         steps["window_refresh"] = args.window_refresh
+    if args.window_lookup is not None:
+        steps["window_lookup"] = args.window_lookup == "on"
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on",
                           threshold=args.threshold, **window)
     sides = (engine, twin) if twin is not None else (engine,)

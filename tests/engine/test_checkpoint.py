@@ -240,6 +240,7 @@ def test_config_that_is_not_an_object(tmp_path, text, says):
     ({"redraft_sampler": {"no_such_knob": 1}}, "redraft_sampler"),
     ({"redraft_sampler": "fast"}, "redraft_sampler must be an object"),
     ({"redraft_sampler": {"span_window": "yes"}}, "span_window must be true or false"),
+    ({"redraft_sampler": {"window_lookup": "yes"}}, "window_lookup must be true or false"),
     ({"redraft_sampler": {"window_refresh": -1}}, "window_refresh=-1 must be a whole number"),
     ({"redraft_sampler": {"self_draft": 1}}, "self_draft must be true or false"),
     ({"redraft_sampler": {"draft_block": 2000}}, "draft_block=2000 must be a whole number"),

@@ -316,7 +316,8 @@ def test_eval_infill_twin_without_lookup_decodes_token_by_token_to_the_same_text
             "--model", str(model), "--twin", str(twin), "--json")
     runs = {}
     for lookup in ("on", "off"):
-        out = redraft("eval", "infill", *args, "--twin-lookup", lookup, "--span-window", "on", "--window-refresh", "2")
+        out = redraft("eval", "infill", *args, "--twin-lookup", lookup, "--span-window", "on", "--window-refresh", "2",
+                      "--window-lookup", lookup)
         assert out.returncode == 0, out.stderr
         runs[lookup] = json.loads(out.stdout)["kinds"]
     assert list(runs["off"]) == ["next_line", "block"]

@@ -114,6 +114,7 @@ def test_engine_bodies_past_their_bounds_are_400_with_the_bound(served):
         ({"window_refresh": -1}, None, "window_refresh must be >= 0"),
         ({"span_window": "yes"}, None, "sampler.span_window has the wrong type (str)"),
         ({"span_window": 1}, None, "sampler.span_window has the wrong type (int)"),
+        ({"window_lookup": "yes"}, None, "sampler.window_lookup has the wrong type (str)"),
         ({"draft_block": HUGE}, None, "draft_block must be 0 (the model's block) or 1..64"),
         ({"draft_block": 65}, None, "draft_block must be 0 (the model's block) or 1..64"),
         ({"self_draft": "yes"}, None, "sampler.self_draft has the wrong type (str)"),

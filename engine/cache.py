@@ -40,6 +40,12 @@ class KVCache:
         self.v[layer][:, :, start:end] = v
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
+    def rows_view(self, start: int, stop: int) -> "KVCache":
+        """Rows [start, stop) as a cache of their own whose writes land in this one."""
+        view = KVCache.__new__(KVCache)
+        view.k, view.v = [t[start:stop] for t in self.k], [t[start:stop] for t in self.v]
+        return view
+
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows (e.g. the winning span-length candidate)."""
         rows = rows.to(self.k[0].device)

@@ -185,9 +185,15 @@ class SamplerConfig:
     # `_probes`). Before a window's forward, each row's next masked positions take the tokens
     # that followed the latest earlier occurrence of its last `lookup_ngram`..3 tokens (context
     # or span, as the twin's lookup: speculative.Proposer), up to `lookup_tokens`, shown to the
-    # model; it keeps the run of them its own picks agree with, and its own pick after that run
-    # commits by the threshold as any pick. The twin's path has had these drafts all along.
+    # model; it keeps the run of them its own picks agree with and its own pick after that run
+    # (verified decoding). The twin's path has had these drafts all along.
     window_lookup: bool = False
+    # Span windows, greedy, no cache model: the model's own parallel guesses, verified. Where
+    # lookup proposes nothing, a row's next masked positions take up to `window_guesses` of the
+    # picks its last forward made there (with masks before them: what a masked-diffusion model
+    # predicts and an autoregressive one cannot), judged as lookup's proposals are; each window
+    # also runs that many masked positions past what it judges, to guess anew. 0 = off.
+    window_guesses: int = 0
     heal: bool = True  # token healing when the prefix ends inside a token
     # Judging a seeded draft token: "keep" keeps it when the model gives it at least `draft_keep`;
     # "override" keeps it unless the model gives another token at least `draft_keep` (the draft
@@ -298,6 +304,9 @@ class SamplerConfig:
             raise ValueError(f"window_lookup must be true or false, got {self.window_lookup!r}")
         if self.lookup_tokens < 1:
             raise ValueError("lookup_tokens must be >= 1")
+        if isinstance(self.window_guesses, bool) or not isinstance(self.window_guesses, int) \
+                or not 0 <= self.window_guesses <= 16:
+            raise ValueError(f"window_guesses must be 0..16, got {self.window_guesses!r}")
         if not 1 <= self.lookup_ngram <= 3:
             raise ValueError("lookup_ngram must be 1, 2 or 3")
 

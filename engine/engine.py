@@ -362,7 +362,8 @@ class Engine:
                         tokenize_ms=tokenize_ms, encode_ms=out.encode_ms, generate_ms=out.generate_ms,
                         total_ms=total_ms, drafts=drafts, draft=source,
                         draft_kept=0 if out.kept is None else int(out.kept[r]),
-                        window_steps=out.window_steps, positions=out.positions, lookup_kept=out.lookup_kept)
+                        window_steps=out.window_steps, positions=out.positions, lookup_kept=out.lookup_kept,
+                        guess_kept=out.guess_kept)
         return c
 
     @torch.inference_mode()

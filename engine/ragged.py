@@ -71,8 +71,7 @@ class Forward:
             return None
         out = []
         for b, n in enumerate(lengths.tolist()):
-            kv = KVCache.__new__(KVCache)  # row b's slice of the cache: writes land in it
-            kv.k, kv.v = [t[b:b + 1] for t in self.kv.k], [t[b:b + 1] for t in self.kv.v]
+            kv = self.kv.rows_view(b, b + 1)  # row b's slice of the cache: writes land in it
             keys = self.key_valid[b:b + 1, :self.start + n]
             out.append(Forward(self.model, self.ids[b:b + 1, :n], self.pos[b:b + 1, :n], kv, self.start,
                                None if bool(keys.all()) else keys, causal=self.causal))

@@ -26,6 +26,7 @@ class Stats:
     window_steps: int = 0  # denoising steps that ran a span window, not the whole span (sampler.py)
     positions: int = 0  # span positions the forwards ran, every row counted (diffusion; 0 otherwise)
     lookup_kept: int = 0  # prompt-lookup tokens the diffusion model kept in span windows (window_lookup.py)
+    guess_kept: int = 0  # its own earlier guesses it kept there (SamplerConfig.window_guesses)
 
     @property
     def tokens_per_forward(self) -> float:

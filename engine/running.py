@@ -52,6 +52,7 @@ class Running:
     hopeless: set[int] = field(default_factory=set)  # requests given up early: they abstain
     beaten: int = 0  # plain rows dropped behind a finished draft (Denoiser._drop_beaten)
     lookup_kept: int = 0  # prompt-lookup tokens kept in span windows (window_lookup.py)
+    guess_kept: int = 0  # the model's own guesses kept in span windows (SamplerConfig.window_guesses)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only `rows` (ascending indices, on the host) go on."""
@@ -90,6 +91,7 @@ class Denoised:
     window_steps: int = 0  # steps that ran a span window alone
     positions: int = 0  # span positions every forward ran, summed
     lookup_kept: int = 0  # prompt-lookup tokens kept in span windows (window_lookup.py)
+    guess_kept: int = 0  # the model's own guesses kept in span windows (SamplerConfig.window_guesses)
 
 
 T = TypeVar("T")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Generator
 
 import torch
@@ -47,7 +47,8 @@ from .running import Denoised, Running, drain
 from .step import StepGraphs
 from .unmask import (best_rows_first_step, block_ends, commit_mask, cut_at_first_mask, defer_early_ends, fewer,
                      fill_after_end, mean_to_end, outside_block, span_positions, stop_finished_units)
-from .window_lookup import WindowLookup, judge as judge_probes, positions as probe_positions, show as show_probes
+from .window_lookup import (WindowLookup, guesses as guess_probes, judge as judge_probes, positions as probe_positions,
+                            show as show_probes)
 
 MARGINAL_CHUNK = 16  # row copies per forward when drafts are judged by masked marginals
 
@@ -146,7 +147,7 @@ class Denoiser:
         gen_ms = (time.perf_counter() - t1) * 1000
         return Denoised(st.batch, st.x, st.conf, st.logp, st.steps, st.forwards, encode_ms, gen_ms, reused, batch.B,
                         st.kept, score, st.static_steps, st.hopeless, dict(self.reused_by), st.window_steps,
-                        st.positions, st.lookup_kept)
+                        st.positions, st.lookup_kept, st.guess_kept)
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -214,11 +215,12 @@ class Denoiser:
         probes = self._probes(st) if window is not None else {}
         if probes:  # the window runs on through each proposal and the position after it
             show_probes(st.x, probes)
-            window = (window[0], max(window[1], max(p.end for p in probes.values()) - self._shift))
+            reach = max(p.end + p.ahead for p in probes.values()) - self._shift
+            window = (window[0], min(max(window[1], reach), st.x.shape[1]))
         if window is not None:  # picks only where the window's outputs land
             lo, hi = window[0] + self._shift, window[1] + self._shift
             inside = (a_idx >= lo) & (a_idx < hi)
-            b_idx, a_idx = probe_positions(b_idx[inside], a_idx[inside], probes)
+            b_idx, a_idx = probe_positions(b_idx[inside], a_idx[inside], probes, st.x.shape[1])
         picks = yield from self._pick(st, b_idx, a_idx, gen, window, causal=bool(probes))
         raw_score = picks.score.clone() if probes else None
         if st.guess is not None:
@@ -232,7 +234,8 @@ class Denoiser:
         if probes:
             b_idx, a_idx, picks, kept = judge_probes(probes, b_idx, a_idx, picks, raw_score, st.x, self._mask_id,
                                                      self.scfg.threshold)
-            st.lookup_kept += sum(kept.values())
+            st.lookup_kept += sum(n for b, n in kept.items() if not probes[b].guessed)
+            st.guess_kept += sum(n for b, n in kept.items() if probes[b].guessed)
         if step == 1 and self.scfg.length_choice == "first_step" and st.batch.B > 1:
             b_idx, a_idx, picks = self._choose_length(st, b_idx, a_idx, picks)
         self._commit(st, b_idx, a_idx, picks, step, max_steps)
@@ -336,11 +339,23 @@ class Denoiser:
         return None
 
     def _probes(self, st: Running) -> dict:
-        """This window step's prompt-lookup proposals (window_lookup.py), for a run down to one
-        row: rows of one forward share its window, and a proposal would widen it for all."""
-        if self.lookup is None or st.batch.B != 1 or self.scfg.temperature > 0 or self.caches:
+        """This window step's proposals for a run down to one row (rows of one forward share
+        its window, and a proposal would widen it for all): prompt lookup's (window_lookup.py),
+        else the model's own guesses from its last forward (`window_guesses`), which then also
+        runs that many masked positions ahead to guess anew."""
+        scfg = self.scfg
+        if st.batch.B != 1 or scfg.temperature > 0 or self.caches:
             return {}
-        return self.lookup.probes(st.x, st.masked, st.batch.span_at, [r.length for r in st.batch.rows], st.alive)
+        lengths = [r.length for r in st.batch.rows]
+        probes = {} if self.lookup is None else self.lookup.probes(st.x, st.masked, st.batch.span_at, lengths,
+                                                                   st.alive)
+        if not scfg.window_guesses or st.guess is None:
+            return probes
+        if not probes:
+            stops = set(self.ends_host.tolist()) | {self.pad_id}
+            probes = guess_probes(st.x, st.masked, st.guess, st.batch.span_at, lengths, scfg.window_guesses,
+                                  stops, self._mask_id)
+        return {b: replace(p, ahead=scfg.window_guesses) for b, p in probes.items()}
 
     def _window(self, st: Running) -> tuple[int, int] | None:
         """The span positions [lo, hi) this step runs (`SamplerConfig.span_window`), or None for
@@ -408,15 +423,18 @@ class Denoiser:
         return self._choose_rows(hidden, b_idx, a_idx, st, gen)
 
     def _forward(self, x, batch: Batch, kv: KVCache, kvalid, window: tuple[int, int] | None = None,
-                 causal: bool = False) -> Generator[Forward, None, torch.Tensor]:
+                 causal: bool = False, rows: slice | None = None) -> Generator[Forward, None, torch.Tensor]:
         """The active block's hidden states over the cached context, or those of its positions
         [lo, hi) (`window`), which write their keys/values in place and attend to what is
         before them and to each other (`causal`: each only to those before it), not to the span
-        after them: the forward is yielded first, so a scheduler can run it in one pass with
-        other runs' (ragged.py); run here when it was not."""
+        after them; only for `rows` when given (their hidden states alone come back): the
+        forward is yielded first, so a scheduler can run it in one pass with other runs'
+        (ragged.py); run here when it was not."""
         lo, hi = (0, x.shape[1]) if window is None else window
-        forward = Forward(self.model, x[:, lo:hi].to(batch.act_ids.device), batch.act_pos[:, lo:hi], kv,
-                          batch.C + lo, None if kvalid is None else kvalid[:, :batch.C + hi], causal=causal)
+        r = slice(None) if rows is None else rows
+        forward = Forward(self.model, x[r, lo:hi].to(batch.act_ids.device), batch.act_pos[r, lo:hi],
+                          kv if rows is None else kv.rows_view(rows.start, rows.stop), batch.C + lo,
+                          None if kvalid is None else kvalid[r, :batch.C + hi], causal=causal)
         yield forward
         return forward.hidden if forward.hidden is not None else forward.run()
 
@@ -535,9 +553,11 @@ class Denoiser:
         if cfg.draft_scoring == "visible" or cfg.attention == "full":
             # ("full" attention keeps the context keys of an all-masked span: a visible draft
             # is the closest judgement available without recomputing the whole context.)
-            hidden = yield from self._forward(x, batch, kv, kvalid)
+            rows = _draft_rows(seeded)
+            hidden = yield from self._forward(x, batch, kv, kvalid, rows=rows)
+            first = 0 if rows is None else rows.start
             lp[b_idx, a_idx], other[b_idx, a_idx] = self._token_logp(
-                hidden[b_idx, a_idx - self._shift], x[b_idx, a_idx], b_idx, a_idx - batch.span_at)
+                hidden[b_idx - first, a_idx - self._shift], x[b_idx, a_idx], b_idx, a_idx - batch.span_at)
             return lp, other, 1
         forwards = 0
         for lo in range(0, b_idx.numel(), MARGINAL_CHUNK):
@@ -621,3 +641,16 @@ class Denoiser:
                 keep = logits[n, allowed].clone()
                 logits[n] = float("-inf")
                 logits[n, allowed] = keep
+
+
+def _draft_rows(seeded: torch.Tensor) -> slice | None:
+    """The rows a judging forward needs: those holding a draft token, when they are one run
+    and not every row. The plain rows beside them (all masks) gain nothing from it: their
+    first step runs the whole span again, rewriting every row's keys/values, and a draft kept
+    whole drops them. On held-out blocks with drafts, one row in two or three is plain."""
+    has = seeded.any(1).tolist()
+    if all(has) or not any(has):
+        return None
+    start = has.index(True)
+    stop = len(has) - has[::-1].index(True)
+    return slice(start, stop) if all(has[start:stop]) else None

@@ -7,7 +7,7 @@ of the token after next. The twin gets its parallelism there from prompt lookup
 few tokens, verified in one forward. Here the same proposals (`speculative.Proposer`, from
 the context and the span so far) are shown to the diffusion model in the window's next masked
 positions: one forward judges them, the run of them the model's own picks agree with is kept,
-and the model's pick just after that run is an ordinary pick (it commits by the threshold).
+and so is the model's pick just after that run (it saw only the kept text before it).
 Picks further on saw a wrong proposal before them and are dropped; those positions are masked
 again, so the next window runs them anew. The judging window attends causally within itself,
 so a position's pick sees the proposal before it, never the proposed token itself: seeing it,
@@ -16,6 +16,12 @@ point of correct prefix lost, against none judged causally; docs/training-log.md
 
 Greedy only, without the cache model (the sampler checks): agreement is the model's greedy
 choice equalling the proposed token, as the twin's verification reads it.
+
+Where lookup proposes nothing, the model can propose its own guesses (`guesses`,
+SamplerConfig.window_guesses): the picks its last forward made at the next masked positions,
+each with masks before it, which a masked-diffusion model can make in parallel and an
+autoregressive one cannot. The window then also runs that many masked positions past what it
+judges, so that every forward both verifies the last guesses and makes the next ones.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ class Probe:
 
     first: int
     tokens: list[int]
+    ahead: int = 0  # masked positions run past the judged ones, for the model to guess (window_guesses)
+    guessed: bool = False  # the tokens are the model's own earlier picks, not lookup's
 
     @property
     def end(self) -> int:
@@ -60,14 +68,9 @@ class WindowLookup:
         out: dict[int, Probe] = {}
         for b in range(x.shape[0]):
             src = self.sources.get(owners[b])
-            row = masked[b]
-            if src is None or not bool(row.any()):
+            if src is None or not bool(masked[b].any()):
                 continue
-            first = int(row.nonzero()[0])
-            end = span_at + lengths[b]
-            run = first
-            while run < end and bool(row[run]):
-                run += 1
+            first, run = open_run(masked[b], span_at + lengths[b])
             room = min(self.limit, run - first - 1)
             if room < 1:
                 continue
@@ -80,17 +83,51 @@ class WindowLookup:
         return out
 
 
+def open_run(masked_row: torch.Tensor, end: int) -> tuple[int, int]:
+    """A row's first masked position and one past the run of masked positions from there
+    (before `end`, the row's span end); the row has a masked position."""
+    first = int(masked_row.nonzero()[0])
+    run = first
+    while run < end and bool(masked_row[run]):
+        run += 1
+    return first, run
+
+
+def guesses(x: torch.Tensor, masked: torch.Tensor, guess: torch.Tensor, span_at: int, lengths: list[int],
+            limit: int, stops: set[int], mask_id: int) -> dict[int, Probe]:
+    """Row -> the model's own earlier picks (`guess`, each made with masks before it) at its
+    next masked positions, up to `limit`, stopping before an end token (the model picks that
+    itself) and leaving the last masked position of the run to the model, as lookup's
+    proposals do. A right guess at the first masked position lets the pick after it see the
+    right token: two tokens from one forward."""
+    out: dict[int, Probe] = {}
+    for b in range(x.shape[0]):
+        if not bool(masked[b].any()):
+            continue
+        first, run = open_run(masked[b], span_at + lengths[b])
+        tokens: list[int] = []
+        for t in guess[b, first:first + min(limit, run - first - 1)].tolist():
+            if t == mask_id or t in stops:
+                break
+            tokens.append(t)
+        if tokens:
+            out[b] = Probe(first, tokens, guessed=True)
+    return out
+
+
 def show(x: torch.Tensor, probes: dict[int, Probe]) -> None:
     """Write each proposal into its row (the positions stay masked until judged)."""
     for b, p in probes.items():
         x[b, p.first:p.first + len(p.tokens)] = torch.tensor(p.tokens, dtype=x.dtype)
 
 
-def positions(b_idx: torch.Tensor, a_idx: torch.Tensor, probes: dict[int, Probe]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The picks to read: `b_idx, a_idx` plus every probe position and the one after each
-    proposal, each once."""
-    extra_b = [b for b, p in probes.items() for _ in range(p.first, p.end)]
-    extra_a = [a for p in probes.values() for a in range(p.first, p.end)]
+def positions(b_idx: torch.Tensor, a_idx: torch.Tensor, probes: dict[int, Probe],
+              width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The picks to read: `b_idx, a_idx` plus every probe position, the one after each
+    proposal and the masked positions run ahead of it (their picks are guesses), each once;
+    none at or past `width`, the end of the active block."""
+    extra_b = [b for b, p in probes.items() for _ in range(p.first, min(p.end + p.ahead, width))]
+    extra_a = [a for p in probes.values() for a in range(p.first, min(p.end + p.ahead, width))]
     if not extra_b:
         return b_idx, a_idx
     b = torch.cat([b_idx, torch.tensor(extra_b, dtype=b_idx.dtype)])
@@ -103,11 +140,15 @@ def positions(b_idx: torch.Tensor, a_idx: torch.Tensor, probes: dict[int, Probe]
 def judge(probes: dict[int, Probe], b_idx: torch.Tensor, a_idx: torch.Tensor, picks: Picks,
           raw_score: torch.Tensor, x: torch.Tensor, mask_id: int, threshold: float
           ) -> tuple[torch.Tensor, torch.Tensor, Picks, dict[int, int]]:
-    """Keep each proposal's agreeing run: its picks score at least the threshold, past the
-    block too; the pick after the run keeps its own score (`raw_score`, from before the block
-    rules, unmask.py); picks after that are dropped and the rejected proposal is masked again in
-    `x`. Rows without a proposal are untouched. Run after the block rules, before the commit.
-    Returns the picks to commit from and, per probed row, how many proposed tokens were kept."""
+    """Keep each proposal's agreeing run and the model's pick just after it: their picks score
+    at least the threshold, past the block too. The pick after the run saw only committed and
+    agreed text before it, so it is what the next window would pick there: verified decoding
+    keeps it, as the twin's does (until 2026-12-07 it had to clear the threshold itself, one
+    forward more whenever it did not, for the same text). Picks after that are dropped and the
+    rejected proposal is masked again in `x`. Rows without a proposal are untouched. Run after
+    the block rules (unmask.py), before the commit; `raw_score` is the picks' score from before
+    them. Returns the picks to commit from and, per probed row, how many proposed tokens were
+    kept."""
     keep = torch.ones(b_idx.shape, dtype=torch.bool)
     kept: dict[int, int] = {}
     for b, p in probes.items():
@@ -122,7 +163,7 @@ def judge(probes: dict[int, Probe], b_idx: torch.Tensor, a_idx: torch.Tensor, pi
         after = p.first + agreed
         n = at.get(after)
         if n is not None:
-            picks.score[n] = raw_score[n]
+            picks.score[n] = max(float(raw_score[n]), threshold)
         for a, n in at.items():
             if a > after:
                 keep[n] = False

@@ -65,6 +65,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--window-lookup", choices=("on", "off"), default=None,
                     help="with span windows, prompt-lookup proposals judged in the window (default: the model's "
                          "own setting; off: 'model alone', as --twin-lookup off for the twin)")
+    ei.add_argument("--window-guesses", type=int, default=None, metavar="N",
+                    help="a context-causal model's own guesses proposed in its span windows where lookup proposes "
+                         "nothing, up to N (0 = off; default: the model's sampler)")
     ei.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ei.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                     help="also draw quality, latency and tokens per forward per kind (needs matplotlib)")
@@ -136,6 +139,10 @@ def _eval_infill(args) -> int:
         steps["window_refresh"] = args.window_refresh
     if args.window_lookup is not None:
         steps["window_lookup"] = args.window_lookup == "on"
+    if args.window_guesses is not None:
+        if not 0 <= args.window_guesses <= 16:
+            raise UserError(f"--window-guesses must be in 0..16, got {args.window_guesses}")
+        steps["window_guesses"] = args.window_guesses
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on",
                           threshold=args.threshold, **window)
     sides = (engine, twin) if twin is not None else (engine,)

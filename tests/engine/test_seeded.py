@@ -5,6 +5,7 @@ judge visible draft tokens); the mechanics run on tiny random checkpoints of eac
 """
 
 import pytest
+import torch
 
 import tiny
 from redraft.engine import Engine, InfillRequest, SamplerConfig
@@ -151,3 +152,33 @@ def test_plain_rows_stop_once_a_finished_draft_leads_them_beyond_reach(shipped):
     # Without a bonus a draft row has no lead a plain row cannot close: both run to the end.
     even = shipped.infill(PREFIX, SUFFIX, drafts=["or;"], sampler=scfg.with_(draft_bonus=0.0))
     assert even.stats.steps == never.stats.steps
+
+
+def test_the_judging_forward_runs_only_the_rows_holding_a_draft(shipped):
+    """The plain row beside a draft is all masks: judging it would buy nothing, since its first
+    step runs the whole span anyway. Its answer is the same as without the draft beside it."""
+    scfg = shipped.config.sampler.with_(span=8, **SURE)
+    steps = shipped.infill_steps([InfillRequest(PREFIX, SUFFIX, drafts=["or;"])], sampler=scfg, cache_key="judge")
+    rows = []
+    try:
+        while True:
+            forward = next(steps)
+            if forward is not None:
+                rows.append(forward.ids.shape[0])
+    except StopIteration as done:
+        out = done.value[0]
+    assert out.stats.drafts == 1 and out.stats.rows == 2  # the draft's row and the plain one
+    assert rows[0] == 1  # judging: the draft's row alone
+    assert max(rows[1:]) == 2  # then both rows denoise
+    assert out.text == "or:"
+
+
+def test_draft_rows_are_one_run_of_rows_or_all_of_them():
+    from redraft.engine.sampler import _draft_rows
+    seeded = torch.tensor([[True, False], [False, True], [False, False]])
+    assert _draft_rows(seeded) == slice(0, 2)
+    assert _draft_rows(seeded[1:]) == slice(0, 1)
+    assert _draft_rows(seeded[[2, 0, 1]]) == slice(1, 3)
+    assert _draft_rows(seeded[:2]) is None  # every row holds a draft token
+    assert _draft_rows(seeded[[0, 2, 1]]) is None  # not one run: all rows, as before
+    assert _draft_rows(seeded[2:]) is None

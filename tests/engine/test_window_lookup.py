@@ -8,7 +8,7 @@ import torch
 from redraft.engine import Engine, InfillRequest, SamplerConfig
 from redraft.engine.picks import Picks
 from redraft.engine.speculative import LookupSource
-from redraft.engine.window_lookup import Probe, WindowLookup, judge, positions
+from redraft.engine.window_lookup import Probe, WindowLookup, guesses, judge, positions
 
 MASK = 99
 
@@ -59,9 +59,9 @@ def _picks(tokens: list[int], scores: list[float]) -> Picks:
     return Picks(t, s.clone(), s.clone(), s.log(), s.log())
 
 
-def test_the_agreeing_run_commits_the_pick_after_it_keeps_its_score_and_the_rest_is_masked_again():
+def test_the_agreeing_run_and_the_pick_after_it_commit_and_the_rest_is_masked_again():
     probes = {0: Probe(2, [5, 6, 7, 8])}
-    b_idx, a_idx = positions(torch.tensor([0, 0]), torch.tensor([2, 3]), probes)
+    b_idx, a_idx = positions(torch.tensor([0, 0]), torch.tensor([2, 3]), probes, width=7)
     assert a_idx.tolist() == [2, 3, 4, 5, 6] and b_idx.tolist() == [0] * 5  # each position once
     x = torch.tensor([[7, 7, 5, 6, 7, 8, MASK]])
     picks = _picks([5, 6, 9, 8, 1], [0.6, 0.95, 0.4, 0.99, 0.99])  # agrees on 5 6, not on 7
@@ -71,18 +71,56 @@ def test_the_agreeing_run_commits_the_pick_after_it_keeps_its_score_and_the_rest
     assert kept == {0: 2}
     assert a.tolist() == [2, 3, 4] and kept_picks.tokens.tolist() == [5, 6, 9]  # nothing after the first disagreement
     assert kept_picks.score.tolist()[:2] == pytest.approx([0.9, 0.95])  # the agreeing run clears the threshold
-    assert kept_picks.score.tolist()[2] == pytest.approx(0.4)  # the pick after it: its own score
+    # the pick after it saw only kept text before it: it commits too, whatever its own score
+    assert kept_picks.score.tolist()[2] == pytest.approx(0.9)
     assert x.tolist() == [[7, 7, 5, 6, MASK, MASK, MASK]]  # the rejected proposal is masked again
 
 
 def test_a_proposal_wholly_rejected_leaves_the_models_own_pick_at_its_first_position():
     probes = {0: Probe(1, [5, 6])}
     x = torch.tensor([[7, 5, 6, MASK]])
-    b_idx, a_idx = positions(torch.tensor([0]), torch.tensor([1]), probes)
+    b_idx, a_idx = positions(torch.tensor([0]), torch.tensor([1]), probes, width=4)
     picks = _picks([4, 6, 2], [0.7, 0.99, 0.99])
     b, a, kept_picks, kept = judge(probes, b_idx, a_idx, picks, picks.score.clone(), x, MASK, threshold=0.9)
     assert kept == {0: 0} and a.tolist() == [1] and kept_picks.tokens.tolist() == [4]
+    assert kept_picks.score.tolist() == pytest.approx([0.9])  # the model's own pick there commits
     assert x.tolist() == [[7, MASK, MASK, MASK]]
+
+
+def test_the_models_guesses_are_proposed_from_its_first_masked_position_up_to_an_end_token():
+    x, masked = _rows([2, 3], masks=6)  # span from 1: 2 3, then six masks at 3..8
+    guess = torch.full(x.shape, MASK)
+    guess[0, 3:9] = torch.tensor([40, 41, 42, 0, 43, 44])  # 0: an end token
+    got = guesses(x, masked, guess, 1, [8], limit=8, stops={0}, mask_id=MASK)
+    assert got == {0: Probe(3, [40, 41, 42], guessed=True)}  # stops before the end token
+    assert guesses(x, masked, guess, 1, [8], limit=2, stops={0}, mask_id=MASK)[0].tokens == [40, 41]
+    guess[0, 3:9] = torch.tensor([40, 41, 42, 43, 44, 45])
+    assert guesses(x, masked, guess, 1, [8], limit=8, stops={0}, mask_id=MASK)[0].tokens == [40, 41, 42, 43, 44]
+    guess[0, 3] = MASK  # never guessed there: nothing to propose
+    assert guesses(x, masked, guess, 1, [8], limit=8, stops={0}, mask_id=MASK) == {}
+    x, masked = _rows([2, 3], masks=1)  # one masked position left: the model's
+    assert guesses(x, masked, torch.full(x.shape, 40), 1, [3], limit=8, stops=set(), mask_id=MASK) == {}
+
+
+def test_positions_ahead_of_a_guess_are_picked_but_never_past_the_block():
+    probes = {0: Probe(2, [5, 6], ahead=3)}  # judged 2..4, then 5..7 run ahead for new guesses
+    b_idx, a_idx = positions(torch.tensor([0]), torch.tensor([2]), probes, width=10)
+    assert a_idx.tolist() == [2, 3, 4, 5, 6, 7]
+    b_idx, a_idx = positions(torch.tensor([0]), torch.tensor([2]), probes, width=6)
+    assert a_idx.tolist() == [2, 3, 4, 5]
+
+
+def _forwards(engine, sampler, key: str):
+    """The completion of REPEATED and, for every forward it ran, its width and whether it was causal."""
+    steps = engine.infill_steps([InfillRequest(REPEATED, AFTER)], sampler=sampler, cache_key=key)
+    seen = []
+    try:
+        while True:
+            forward = next(steps)
+            if forward is not None:
+                seen.append((forward.ids.shape[1], forward.causal))
+    except StopIteration as done:
+        return done.value[0], seen
 
 
 @torch.inference_mode()
@@ -101,15 +139,7 @@ def test_the_shipped_model_copies_a_repeated_line_in_fewer_forwards(shipped):
 @torch.inference_mode()
 def test_a_proposal_is_judged_causally_so_no_pick_sees_its_own_proposed_token(shipped):
     sampler = shipped.sampler.with_(span=24, window_lookup=True)
-    steps = shipped.infill_steps([InfillRequest(REPEATED, AFTER)], sampler=sampler, cache_key="causal")
-    seen = []
-    try:
-        while True:
-            forward = next(steps)
-            if forward is not None:
-                seen.append((forward.ids.shape[1], forward.causal))
-    except StopIteration as done:
-        c = done.value[0]
+    c, seen = _forwards(shipped, sampler, "causal")
     assert c.stats.lookup_kept > 0
     judged = [T for T, causal in seen if causal]
     assert judged and max(judged) > 2 * sampler.block_size  # windows widened to a proposal, causal
@@ -127,3 +157,25 @@ def test_window_lookup_stays_off_with_a_temperature_and_without_windows(shipped)
 def test_the_setting_must_be_a_bool():
     with pytest.raises(ValueError, match="window_lookup"):
         SamplerConfig(window_lookup="yes")
+
+
+@pytest.mark.parametrize("bad", [-1, 17, True, 1.5])
+def test_window_guesses_must_be_a_small_count(bad):
+    with pytest.raises(ValueError, match="window_guesses"):
+        SamplerConfig(window_guesses=bad)
+
+
+@torch.inference_mode()
+def test_the_shipped_model_keeps_its_own_guesses_only_where_its_picks_agree(shipped):
+    """Without lookup, the model's guesses are its only proposals: every forward after the first
+    runs causally past the judged positions, and a guess kept is a token its pick agreed with."""
+    base = shipped.sampler.with_(span=24, window_lookup=False)
+    plain = shipped.infill(REPEATED, AFTER, sampler=base, cache_key="plain")
+    sampler = base.with_(window_guesses=2)
+    c, seen = _forwards(shipped, sampler, "guess")
+    assert plain.stats.guess_kept == 0 and c.stats.lookup_kept == 0
+    assert c.stats.guess_kept > 0  # the copied line: the model guesses the token after next right
+    assert c.stats.forwards < plain.stats.forwards
+    assert sum(causal for _, causal in seen) >= 2 and not seen[0][1]
+    assert c.text.startswith("width, height, total)")
+

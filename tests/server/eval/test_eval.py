@@ -317,7 +317,7 @@ def test_eval_infill_twin_without_lookup_decodes_token_by_token_to_the_same_text
     runs = {}
     for lookup in ("on", "off"):
         out = redraft("eval", "infill", *args, "--twin-lookup", lookup, "--span-window", "on", "--window-refresh", "2",
-                      "--window-lookup", lookup)
+                      "--window-lookup", lookup, "--window-guesses", "2" if lookup == "on" else "0")
         assert out.returncode == 0, out.stderr
         runs[lookup] = json.loads(out.stdout)["kinds"]
     assert list(runs["off"]) == ["next_line", "block"]
@@ -345,6 +345,8 @@ def test_eval_infill_user_errors(folder, tmp_path):
     assert out.returncode == 2 and "config.json" in out.stderr and "Traceback" not in out.stderr
     out = redraft("eval", "infill", "--files", str(folder), "--context-tokens", "5")
     assert out.returncode == 2 and "--context-tokens must be at least 16" in out.stderr
+    out = redraft("eval", "infill", "--files", str(folder), "--window-guesses", "99")
+    assert out.returncode == 2 and "--window-guesses must be in 0..16" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_eval_next_edit_json(folder, tmp_path_factory):

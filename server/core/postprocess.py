@@ -6,7 +6,8 @@ repetition at the end (repetition.py: the lines before the loop, or nothing), ke
 indentation, drop text that repeats the suffix (the rest of the line, or the next lines),
 let the completion replace auto-closed brackets and quotes right of the cursor instead
 of duplicating them (`Edit.replace` characters), and reject a completion whose insertion
-adds parse errors. Returns None when nothing is left.
+adds parse errors (a block: cut to its first whole lines that add none, where some do). Returns
+None when nothing is left.
 
 Parse errors are checked twice. Tree-sitter counts errors in the context window with and
 without the completion. A count alone is blind where the user's unfinished line already
@@ -371,5 +372,32 @@ def finish(snap: Snapshot, ctx: Context, raw: str) -> Edit | None:
         return None
     replace = min(replace, closers_replaced(text, snap.right))
     if not inert_in_prose(snap, text) and adds_errors(snap, ctx, text, replace):
-        return None
+        return first_lines_that_parse(snap, ctx, text)
     return Edit(text, replace)
+
+
+BLOCK_CUTS = 4  # cuts of a block tried at most: each parses the window again
+_OPENS = (":", "{", "(", "[", ",", "\\", "=", "->")  # a line ending so waits for more
+
+
+def first_lines_that_parse(snap: Snapshot, ctx: Context, text: str) -> Edit | None:
+    """A block that adds a parse error, cut to the most of its first whole lines that add none:
+    a body whose first lines are right is worth showing without the broken line that follows
+    them. Never a cut whose last line opens something it does not close (a header, a bracket,
+    a continued expression); at most BLOCK_CUTS cuts tried, the longest first. None for other
+    units, or when no cut stands."""
+    if snap.mode is not Mode.BLOCK:
+        return None
+    lines = text.split("\n")
+    tried = 0
+    for k in range(len(lines) - 1, 0, -1):
+        cut = "\n".join(lines[:k]).rstrip()
+        if not cut.strip() or cut.endswith(_OPENS) or _unclosed(cut) > 0:
+            continue
+        if tried == BLOCK_CUTS:
+            return None
+        tried += 1
+        replace = closers_replaced(cut, snap.right)
+        if not adds_errors(snap, ctx, cut, replace):
+            return Edit(cut, replace)
+    return None

@@ -265,3 +265,47 @@ def test_plain_text_inside_a_docstring_is_shown_unparsed_and_a_quote_is_still_ch
     assert parses == []  # cannot leave the string: no parse
     assert postprocess.finish(snap, ctx, ' quiet."""') is None  # ends the docstring: the rest breaks
     assert parses  # checked
+
+
+LOOP = "def parse(items):\n    out = []\n    for item in items:\n        "
+
+
+@pytest.mark.parametrize("draft,want", [
+    # the first lines stand, the broken one after them goes
+    ("out.append(item)\n        out.sort(key=)\n    return out", "out.append(item)"),
+    ("item = item.strip()\n        out.append(item)\n        if item ==:\n            break", "item = item.strip()\n        out.append(item)"),
+    # a cut never ends on a line that opens more (a header whose body was the broken part)
+    ("out.append(item)\n        if item:\n            return =", "out.append(item)"),
+    # nothing stands: nothing is shown
+    ("out.append(item))\n        return out", None),
+    ("if item ==:\n            out.append(item)", None),
+])
+def test_a_block_that_breaks_is_cut_to_its_first_lines_that_parse(draft, want):
+    snap, _ = text_snapshot("file:///t.py", LOOP, len(LOOP), DRAFTS_ONLY, path="t.py")
+    assert snap.mode is Mode.BLOCK
+    got = with_draft(LOOP, len(LOOP), draft)
+    assert (None if got is None else got.text) == want
+
+
+def test_only_blocks_are_cut_a_line_that_breaks_is_not_shown():
+    text = "total = 1\nvalue = total"
+    snap, _ = text_snapshot("file:///t.py", text, len(text), DRAFTS_ONLY, path="t.py")
+    assert snap.mode is Mode.LINE
+    assert with_draft(text, len(text), " +* 2") is None
+    assert postprocess.first_lines_that_parse(snap, None, "a = 1\nb ==:") is None
+
+
+def test_a_block_cut_parses_the_window_a_bounded_number_of_times(monkeypatch):
+    calls = []
+    real = postprocess.adds_errors
+    monkeypatch.setattr(postprocess, "adds_errors", lambda *a: calls.append(1) or real(*a))
+    indent = "\n        "
+    # broken from its first line: the longest cuts are tried, BLOCK_CUTS of them, then nothing
+    lines = [f"x{n} = {n}" for n in range(6)]  # distinct: a repeated line would be cut as a loop
+    assert with_draft(LOOP, len(LOOP), indent.join(["out.append(item) +"] + lines)) is None
+    assert len(calls) == 1 + postprocess.BLOCK_CUTS
+    calls.clear()
+    # broken at its last line: the first cut stands
+    got = with_draft(LOOP, len(LOOP), indent.join(lines[:4] + ["y ==:"]))
+    assert got is not None and got.text == indent.join(lines[:4])
+    assert len(calls) == 2

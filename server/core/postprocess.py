@@ -57,7 +57,8 @@ class Edit:
     replace: int  # characters right of the cursor that `text` replaces (auto-closed brackets/quotes)
 
 
-def _indent_width(line: str) -> int:
+def indent_width(line: str) -> int:
+    """Columns of a line's indentation, a tab counted as 4: how the unit cut compares lines."""
     return len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip(" "))
 
 
@@ -87,12 +88,12 @@ class Unit:
         lines = text.split("\n")
         if self.indented:  # don't indent twice
             lines[0] = lines[0].lstrip(" \t")
-        header = _indent_width(self.header_indent)
+        header = indent_width(self.header_indent)
         kept, tail = [lines[0]], None
         for line in lines[1:]:
             if len(kept) >= self.max_lines:
                 break
-            if line.strip() and _indent_width(line) <= header:  # dedent: the body ended
+            if line.strip() and indent_width(line) <= header:  # dedent: the body ended
                 if self.braces and line.strip().startswith("}"):
                     # The block's own closing brace: keep it unless one is already right of the cursor,
                     # in which case end on the header's indentation so that brace lands in place.
@@ -111,9 +112,9 @@ class Unit:
         if self.mode in (Mode.LINE, Mode.ARGS):
             return "\n" in text
         lines = text.split("\n")
-        header = _indent_width(self.header_indent)
+        header = indent_width(self.header_indent)
         for n, line in enumerate(lines):
-            if n and line.strip() and _indent_width(line) <= header:
+            if n and line.strip() and indent_width(line) <= header:
                 return True  # a dedent (settled once the line has a non-blank character)
         return len(lines) - 1 >= self.max_lines  # that many complete lines
 
@@ -283,9 +284,9 @@ def _breaks_python(snap: Snapshot, ctx: Context, text: str, replace: int, tree: 
     # make that tree start one inside the cursor's statement), the completed window's; none
     # indented deeper than the cursor line (its block ends before the cursor).
     found = max(0, _statement_start(tree, row + head_rows, len(lines[-1].encode("utf-8", "replace"))) - head_rows)
-    indent = _indent_width(lines[-1])
+    indent = indent_width(lines[-1])
     starts = sorted({r for r in (0, found, *(a - ctx.first_row for a in snap.anchors if ctx.first_row <= a <= snap.row))
-                     if 0 <= r <= row and _indent_width(lines[r]) <= indent})
+                     if 0 <= r <= row and indent_width(lines[r]) <= indent})
     rest = ctx.suffix[replace:].split("\n", 1)[0]
     start = starts[0] if starts else row
     for _ in range(_RESTARTS):

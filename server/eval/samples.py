@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.postprocess import indent_width
 from . import syntax
 
 KINDS = ("rest_of_line", "next_line", "block", "node")
@@ -48,7 +49,9 @@ class Sample:
     start: int  # character offset of the cursor
     end: int  # character offset just after the removed region
     expected: str  # the removed text
-    header_indent: int = -1  # block: indent of the header line; -1 for other kinds
+    # block: the header line's indentation in columns, a tab counted as 4, as the unit cut
+    # measures body lines (postprocess.indent_width); -1 for other kinds
+    header_indent: int = -1
 
     def split(self, text: str) -> tuple[str, str]:
         """The buffer the model sees: prefix before the cursor, suffix after the removed region."""
@@ -158,7 +161,7 @@ def draw(sources: list[Source], kind: str, n: int, seed: int) -> list[Sample]:
         for f, header, first, last in _pick(rng, _block_candidates(sources), n):
             lines, offs = split[f]
             start, end = offs[first], offs[last] + len(lines[last])
-            out.append(Sample(kind, f, first, 0, start, end, texts[f][start:end], indent_of(lines[header])))
+            out.append(Sample(kind, f, first, 0, start, end, texts[f][start:end], indent_width(lines[header])))
     else:
         for f, start, end in _pick(rng, _node_candidates(sources), n):
             text = texts[f]

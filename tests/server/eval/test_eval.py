@@ -393,3 +393,18 @@ def test_the_workspace_gives_drafts_from_the_other_files_of_a_package(tmp_path):
     out = infill.run(None, found, ["rest_of_line"], 20, 0, config, workspace=True)["rest_of_line"]
     assert out and any(o.source == "workspace" for o in out)
     assert not any(o.copy.source == "workspace" for o in out)
+
+
+GO_SWITCH = ("package p\n\nfunc kind(v int) string {\n\tswitch v {\n\tcase 1:\n\t\ta := 1\n\t\tb := a + 1\n"
+             "\t\treturn \"one\"\n\tcase 2:\n\t\tc := 2\n\t\td := c * 2\n\t\treturn \"two\"\n\t}\n\treturn \"\"\n}\n")
+
+
+def test_a_tab_indented_blocks_header_is_measured_as_the_unit_cut_measures_its_body():
+    """A Go case body under a tab-indented header: the header's width counts a tab as 4, as the
+    unit cut does for the body's lines, so a completion running on into the next case is cut
+    where that case begins (counting the tab as one column, no line was ever a dedent)."""
+    drawn = samples.draw([samples.Source("p/kind.go", GO_SWITCH)], "block", 5, 0)
+    assert drawn and all(s.header_indent == 4 for s in drawn)
+    first = next(s for s in drawn if s.expected.startswith("\t\ta := 1"))
+    ran_on = "\t\ta := 1\n\t\tb := a + 1\n\t\treturn \"one\"\n\tcase 2:\n\t\tc := 2"
+    assert metrics.cut("block", ran_on, first.header_indent) == "\t\ta := 1\n\t\tb := a + 1\n\t\treturn \"one\""

@@ -5,6 +5,7 @@ when they run."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -36,6 +37,9 @@ def eval_parser(sub) -> None:
     ei.add_argument("--threshold", type=float, default=None, metavar="P",
                     help="the diffusion model's commit threshold (the server's `threshold` setting; default: the "
                          "model's own): a masked position commits once its probability reaches P")
+    ei.add_argument("--min-score", type=float, default=None, metavar="S",
+                    help="the model's abstention bar: an answer whose mean log-probability is below S is not "
+                         "shown (default: the model's own `min_score`; the twin keeps its own), to calibrate it")
     ei.add_argument("--context-tokens", type=int, default=None, metavar="N",
                     help="the prefix + suffix window budget in tokens (the server's `contextTokens` setting; "
                          "default the server's, capped by what the model was trained on)")
@@ -125,6 +129,8 @@ def _eval_infill(args) -> int:
     twin = None if args.twin is None else load_engine(argparse.Namespace(**{**vars(args), "model": args.twin}))
     if args.threshold is not None and not 0.0 <= args.threshold <= 1.0:
         raise UserError(f"--threshold must be in [0, 1], got {args.threshold}")
+    if args.min_score is not None and not math.isfinite(args.min_score):
+        raise UserError(f"--min-score must be a finite number, got {args.min_score}")
     if args.context_tokens is not None and args.context_tokens < 16:
         raise UserError(f"--context-tokens must be at least 16, got {args.context_tokens}")
     if args.draft_block is not None and not 0 <= args.draft_block <= 64:
@@ -145,6 +151,8 @@ def _eval_infill(args) -> int:
         steps["window_guesses"] = args.window_guesses
     config = ServerConfig(drafts=args.drafts, cache=args.cache == "on", names=args.names == "on",
                           threshold=args.threshold, **window)
+    if engine is not None and args.min_score is not None:
+        engine.with_sampler(min_score=args.min_score)
     sides = (engine, twin) if twin is not None else (engine,)
     for one in sides:
         if one is not None:

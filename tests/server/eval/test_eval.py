@@ -334,6 +334,27 @@ def test_eval_infill_twin_without_lookup_decodes_token_by_token_to_the_same_text
     assert bad.returncode == 2 and "--window-refresh" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_eval_infill_min_score_bars_the_model_and_leaves_the_twin_alone(tmp_path_factory, folder):
+    root = tmp_path_factory.mktemp("eval-min-score")
+    model, twin = tiny.make_family(root / "rd", "redraft"), tiny.make_family(root / "ar", "redraft-ar")
+    args = ("--files", str(folder), "--limit", "3", "--dtype", "float32", "--seed", "1", "--kinds", "rest_of_line,block",
+            "--drafts", "off", "--names", "off", "--cache", "off", "--model", str(model), "--twin", str(twin), "--json")
+    runs = {}
+    for bar in (None, "0"):
+        out = redraft("eval", "infill", *args, *(() if bar is None else ("--min-score", bar)))
+        assert out.returncode == 0, out.stderr
+        runs[bar] = json.loads(out.stdout)["kinds"]
+    assert list(runs["0"]) == ["rest_of_line", "block"]
+    assert any(s["abstain_rate"] < 1.0 for s in runs[None].values())  # without the bar the model answers
+    for kind, s in runs["0"].items():
+        # every answer's mean log-probability is below 0: the model shows nothing, the twin as before
+        assert s["n"] == 3 and s["abstain_rate"] == 1.0 and s["exact_match"] == 0.0, kind
+        for key in (*RATES, "abstain_rate", "forwards"):
+            assert s["twin"][key] == runs[None][kind]["twin"][key], (kind, key)
+    bad = redraft("eval", "infill", *args, "--min-score", "nan")
+    assert bad.returncode == 2 and "--min-score" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_eval_infill_user_errors(folder, tmp_path):
     out = redraft("eval", "infill", "--files", str(folder), "--kinds", "lines")
     assert out.returncode == 2 and "unknown kind" in out.stderr and "Traceback" not in out.stderr

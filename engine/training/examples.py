@@ -147,7 +147,9 @@ def _rename(text, lines, starts, code, rng) -> Example | None:
     """Rename a name on one line; the middle is a later line using it, renamed too."""
     uses: dict[str, list[int]] = {}
     for i in code:
-        for name in set(IDENT.findall(lines[i])):
+        # First-seen order, not a set's: a set of strings iterates by the process's hash seed,
+        # so the same seed would draw other rows (and other validation batches) in each run.
+        for name in dict.fromkeys(IDENT.findall(lines[i])):
             if name not in RESERVED and len(name) > 1:
                 uses.setdefault(name, []).append(i)
     names = [n for n, at in uses.items() if len(at) >= 2]

@@ -2,7 +2,10 @@
 
 import gzip
 import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -56,6 +59,32 @@ def test_rename_rows_carry_the_engines_history_block(tiny_corpus):
         after = ex.extra.split("\n")[1][1:]
         assert before in lines and after != before
         assert ex.extra == prompt.render_history([(before, after)])
+
+
+ROWS_DIGEST = """
+import hashlib, random, sys
+from redraft.engine.training import corpus, examples
+h = hashlib.sha1()
+for doc in corpus.read_split(sys.argv[1], "train")[:4]:
+    rng = random.Random(7)
+    for _ in range(200):
+        ex = examples.sample_example(doc["text"], rng)
+        h.update(repr(ex and (ex.kind, ex.prefix[-80:], ex.middle, ex.extra)).encode())
+print(h.hexdigest())
+"""
+
+
+def test_the_same_seed_draws_the_same_rows_in_every_process(tiny_corpus):
+    """Runs compare on fixed validation batches only if a seed draws the same rows whatever
+    the process's string-hash seed (PYTHONHASHSEED varies per process by default)."""
+    digests = set()
+    for hash_seed in ("1", "2", "3"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        out = subprocess.run([sys.executable, "-c", ROWS_DIGEST, str(tiny_corpus)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
 
 
 def test_diffusion_rows_mask_only_the_span(tiny_corpus):

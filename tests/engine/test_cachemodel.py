@@ -102,7 +102,7 @@ def test_copied_text_commits_several_tokens_per_step(shipped):
     plain = shipped.infill(PREFIX, "\n", sampler=sampler, stop=line_ends)
     # A continuation the model would not write itself (it writes "height" here), so the cache is what commits it.
     cached = shipped.infill(PREFIX, "\n", sampler=sampler, stop=line_ends, lookup=fixed(("depth * height\n", 40)))
-    assert not plain.text.startswith("depth") and plain.stats.tokens_per_forward == 1.0
+    assert not plain.text.startswith("depth") and plain.stats.tokens_per_forward <= 1.0
     assert cached.text.startswith("depth * height\n")
     assert cached.stats.cache_queries >= 1
     assert cached.stats.tokens_per_forward >= 2.0
